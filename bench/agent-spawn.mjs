@@ -1,0 +1,96 @@
+#!/usr/bin/env node
+// Spawn latency of `true` and throughput of `head -c 1G /dev/zero` through the host backend's
+// agent (kt-agent over its framed stdio protocol), side by side with bare child_process.spawn.
+// Run after `npm run build` (uses dist/), or without a build: `npx vite-node bench/agent-spawn.mjs`.
+// Options: --sandbox (run the agent inside bwrap as the host backend does), --runs N, --bytes N.
+import { spawn } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Effect, Exit, Scope } from "effect"
+
+const load = async () => {
+  try {
+    return await import("../dist/src/layers/backends/AgentClient.js")
+  } catch {
+    return await import("../src/layers/backends/AgentClient.ts")
+  }
+}
+const AgentClient = await load()
+const { locate } = await import("../src/layers/backends/NativeBinaries.ts").catch(() => import("../dist/src/layers/backends/NativeBinaries.js"))
+
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(name)
+  return i >= 0 ? Number(process.argv[i + 1]) : fallback
+}
+const runs = arg("--runs", 300)
+const bytes = arg("--bytes", 1024 ** 3)
+const sandbox = process.argv.includes("--sandbox")
+
+const binaries = await Effect.runPromise(locate("host"))
+const dir = mkdtempSync(join(tmpdir(), "kt-bench-"))
+const env = { PATH: "/usr/local/bin:/usr/bin:/bin" }
+const agentArgs = ["--socket", join(dir, "agent.sock")]
+const command = sandbox
+  ? {
+      file: "bwrap",
+      args: ["--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+        "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--bind", dir, dir,
+        "--ro-bind", binaries.agent, "/run/kt-agent", "--unshare-pid", "--unshare-net", "--die-with-parent",
+        "--new-session", "--cap-drop", "ALL", "--", "/run/kt-agent", ...agentArgs],
+      cwd: dir,
+      env
+    }
+  : { file: binaries.agent, args: agentArgs, cwd: dir, env }
+
+const scope = Effect.runSync(Scope.make())
+const client = await Effect.runPromise(Scope.extend(AgentClient.make("host", command), scope))
+
+const viaAgent = (argv, onData) =>
+  new Promise((resolve, reject) => {
+    let exit
+    Effect.runPromise(client.spawn({ argv, cwd: dir, env }, {
+      onStdout: onData ?? (() => {}),
+      onStderr: () => {},
+      onExit: (e) => { exit = e },
+      onClosed: () => resolve(exit)
+    })).catch(reject)
+  })
+const bare = (argv, onData) =>
+  new Promise((resolve, reject) => {
+    const child = spawn(argv[0], argv.slice(1), { cwd: dir, env, stdio: ["pipe", "pipe", "pipe"] })
+    if (onData) child.stdout.on("data", onData)
+    child.on("error", reject)
+    child.on("close", (code) => resolve(code))
+  })
+
+const p50 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+const time = async (f) => {
+  const t = process.hrtime.bigint()
+  await f()
+  return Number(process.hrtime.bigint() - t) / 1e6
+}
+
+for (let i = 0; i < 20; i++) { await bare(["true"]); await viaAgent(["true"]) }
+const agentTimes = []
+const bareTimes = []
+for (let i = 0; i < runs; i++) {
+  bareTimes.push(await time(() => bare(["true"])))
+  agentTimes.push(await time(() => viaAgent(["true"])))
+}
+const a = p50(agentTimes)
+const b = p50(bareTimes)
+console.log(`spawn true (p50 of ${runs}): agent ${a.toFixed(3)} ms, bare child_process.spawn ${b.toFixed(3)} ms, ratio ${(a / b).toFixed(2)}x${sandbox ? " (agent in bwrap)" : ""}`)
+
+const throughput = async (run) => {
+  let n = 0
+  const ms = await time(() => run(["head", "-c", String(bytes), "/dev/zero"], (d) => { n += d.length }))
+  if (n !== bytes) throw new Error(`expected ${bytes} bytes, got ${n}`)
+  return (bytes / 1e6) / (ms / 1000)
+}
+const ta = await throughput(viaAgent)
+const tb = await throughput(bare)
+console.log(`head -c ${bytes} /dev/zero: agent ${ta.toFixed(0)} MB/s, bare child_process ${tb.toFixed(0)} MB/s, ratio ${(ta / tb).toFixed(2)}`)
+
+await Effect.runPromise(Scope.close(scope, Exit.void))
+rmSync(dir, { recursive: true, force: true })

@@ -1,0 +1,398 @@
+/**
+ * Bounded storage for one output stream (stdout or stderr) of a process.
+ *
+ * The stream is addressed by absolute byte offsets since it started. The log keeps the first
+ * `headBytes` and the last `tailBytes` exactly (everything, while the stream is shorter than
+ * both together) and counts every byte, so a process may write gigabytes while memory stays
+ * bounded. Appending copies each chunk once into a preallocated (lazily grown) ring buffer:
+ * no per-append allocation, no O(n²) copying.
+ *
+ * Owned by one actor fiber: plain synchronous code, no Effect.
+ */
+
+export interface OutputLogOptions {
+  /** bytes kept from the start of the stream (default 64 KiB) */
+  readonly headBytes?: number | undefined
+  /** bytes kept from the end of the stream (default 1 MiB) */
+  readonly tailBytes?: number | undefined
+}
+
+/** A decoded range of a stream, with what it left out. */
+export interface OutputSlice {
+  /**
+   * Decoded UTF-8 (invalid sequences become U+FFFD). Wherever bytes are left out, the text holds
+   * the marker `[… N bytes omitted …]` on its own line (`\n[… N bytes omitted …]\n` in the
+   * middle, `[… N bytes omitted …]\n` when the range starts with missing bytes).
+   */
+  readonly text: string
+  /** byte offset where this slice starts: the cursor asked for, clamped to `[0, total]` */
+  readonly from: number
+  /** cursor to pass next time: the byte offset after the last byte of the range */
+  readonly next: number
+  /** bytes between `from` and `next` that are not in `text` (evicted, or cut to fit maxBytes) */
+  readonly omitted: number
+}
+
+export const DEFAULT_HEAD_BYTES = 64 * 1024
+export const DEFAULT_TAIL_BYTES = 1024 * 1024
+
+/** The marker that stands for `n` bytes left out of a text. */
+export const omittedMarker = (n: number): string => `[… ${n} bytes omitted …]`
+
+const INITIAL_CAPACITY = 16 * 1024
+const NEWLINE = 0x0a
+
+const validSize = (name: string, value: number | undefined, fallback: number): number => {
+  if (value === undefined) return fallback
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`OutputLog: ${name} must be a non-negative integer, got ${value}`)
+  }
+  return value
+}
+
+/** A retained run of bytes at an absolute stream offset (one or two views, for a wrapped ring). */
+interface Piece {
+  start: number
+  parts: Array<Uint8Array>
+  length: number
+}
+
+const pieceEnd = (p: Piece) => p.start + p.length
+
+/** Drops `n` bytes from the front of a piece (views are not copied). */
+const dropFront = (p: Piece, n: number): Piece => {
+  const parts: Array<Uint8Array> = []
+  let skip = n
+  for (const part of p.parts) {
+    if (skip >= part.length) {
+      skip -= part.length
+      continue
+    }
+    parts.push(skip > 0 ? part.subarray(skip) : part)
+    skip = 0
+  }
+  return { start: p.start + n, parts, length: p.length - n }
+}
+
+/** Drops `n` bytes from the back of a piece. */
+const dropBack = (p: Piece, n: number): Piece => {
+  const parts: Array<Uint8Array> = []
+  let keep = p.length - n
+  for (const part of p.parts) {
+    if (keep <= 0) break
+    parts.push(keep >= part.length ? part : part.subarray(0, keep))
+    keep -= part.length
+  }
+  return { start: p.start, parts, length: p.length - n }
+}
+
+const byteAt = (p: Piece, i: number): number => {
+  let idx = i
+  for (const part of p.parts) {
+    if (idx < part.length) return part[idx]!
+    idx -= part.length
+  }
+  return 0
+}
+
+const isContinuation = (b: number) => (b & 0xc0) === 0x80
+
+/** Length of the UTF-8 sequence a lead byte announces (1 for ASCII and invalid bytes). */
+const sequenceLength = (b: number) => (b >= 0xf0 && b <= 0xf7 ? 4 : b >= 0xe0 ? (b <= 0xef ? 3 : 1) : b >= 0xc0 ? 2 : 1)
+
+/** How many bytes at the front of `p` continue a character that started before it (0–3). */
+const leadingContinuations = (p: Piece): number => {
+  let n = 0
+  while (n < 3 && n < p.length && isContinuation(byteAt(p, n))) n++
+  return n
+}
+
+/** How many bytes at the end of `p` are an incomplete character cut by the end (0–3). */
+const trailingPartial = (p: Piece): number => {
+  for (let back = 1; back <= Math.min(4, p.length); back++) {
+    const b = byteAt(p, p.length - back)
+    if (isContinuation(b)) continue
+    const need = sequenceLength(b)
+    return need > back ? back : 0
+  }
+  return 0
+}
+
+const decode = (parts: ReadonlyArray<Uint8Array>): string => {
+  if (parts.length === 0) return ""
+  const buf = parts.length === 1 ? parts[0]! : Buffer.concat(parts)
+  return Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength).toString("utf8")
+}
+
+/** Head+tail storage of one output stream, with exact counts and absolute byte cursors. */
+export class OutputLog {
+  readonly headBytes: number
+  readonly tailBytes: number
+
+  private head: Uint8Array = new Uint8Array(0)
+  private headLength = 0
+  /** ring buffer: `ring.length` grows by doubling up to `tailBytes` */
+  private ring: Uint8Array = new Uint8Array(0)
+  /** index in `ring` of the oldest tail byte */
+  private ringStart = 0
+  private ringLength = 0
+  private totalBytes = 0
+
+  constructor(options: OutputLogOptions = {}) {
+    this.headBytes = validSize("headBytes", options.headBytes, DEFAULT_HEAD_BYTES)
+    this.tailBytes = validSize("tailBytes", options.tailBytes, DEFAULT_TAIL_BYTES)
+  }
+
+  /** exact count of bytes ever appended */
+  get total(): number {
+    return this.totalBytes
+  }
+
+  /** bytes held in memory (head + tail) */
+  get retained(): number {
+    return this.headLength + this.ringLength
+  }
+
+  /** bytes appended but no longer held (the evicted middle) */
+  get evicted(): number {
+    return this.totalBytes - this.retained
+  }
+
+  /** Appends a chunk; the chunk is copied, so the caller may reuse it. */
+  append(chunk: Uint8Array): void {
+    let data = chunk
+    if (data.length === 0) return
+    this.totalBytes += data.length
+    if (this.headLength < this.headBytes) {
+      const n = Math.min(this.headBytes - this.headLength, data.length)
+      this.ensureHead(this.headLength + n)
+      this.head.set(n === data.length ? data : data.subarray(0, n), this.headLength)
+      this.headLength += n
+      if (n === data.length) return
+      data = data.subarray(n)
+    }
+    this.pushTail(data)
+  }
+
+  /**
+   * The bytes from `cursor` (default 0) to the end, decoded. Bytes no longer held are counted in
+   * `omitted` and shown as a marker. When more than `maxBytes` held bytes remain, the first half
+   * of the budget goes to the start of the range and the rest (the larger half when odd) to its
+   * end, with the marker in between; markers are not counted in `maxBytes`. Cuts are moved to
+   * UTF-8 character boundaries (the bytes this drops count as omitted).
+   */
+  read(cursor = 0, maxBytes = Number.POSITIVE_INFINITY): OutputSlice {
+    const from = Math.min(Math.max(0, Math.floor(Number.isFinite(cursor) ? cursor : 0)), this.totalBytes)
+    const budget = Math.max(0, Math.floor(Number.isNaN(maxBytes) ? 0 : maxBytes))
+    let pieces = this.piecesFrom(from)
+    const held = pieces.reduce((n, p) => n + p.length, 0)
+    if (held > budget) pieces = cutMiddle(pieces, budget)
+    return render(pieces, from, this.totalBytes)
+  }
+
+  /**
+   * The last `n` lines of what is held (a trailing newline does not start a line), at most
+   * `maxBytes` of them as in `read`. The evicted middle counts as a line break: when the lines
+   * reach into it, the text starts with (or, reaching into the head, contains) its marker.
+   */
+  lastLines(n: number, maxBytes = Number.POSITIVE_INFINITY): OutputSlice {
+    if (!(n >= 1)) return { text: "", from: this.totalBytes, next: this.totalBytes, omitted: 0 }
+    return this.read(this.lastLinesStart(Math.floor(n)), maxBytes)
+  }
+
+  private lastLinesStart(n: number): number {
+    const total = this.totalBytes
+    const tailStart = total - this.ringLength
+    const gap = tailStart - this.headLength
+    let found = 0
+    // Search backwards from `end` (exclusive) for newlines; a newline as the very last byte
+    // ends the last line rather than starting a new one.
+    let end = total
+    if (this.ringLength > 0 && this.tailByteAt(total - 1) === NEWLINE) end--
+    else if (this.ringLength === 0 && gap === 0 && this.headLength > 0 && this.head[this.headLength - 1] === NEWLINE) end--
+    // the tail, newest first
+    for (const view of this.tailViewsBackwards(tailStart, end)) {
+      const bytes = Buffer.from(view.bytes.buffer, view.bytes.byteOffset, view.bytes.byteLength)
+      let pos = bytes.length - 1
+      while (pos >= 0) {
+        const hit = bytes.lastIndexOf(NEWLINE, pos)
+        if (hit < 0) break
+        if (++found === n) return view.start + hit + 1
+        pos = hit - 1
+      }
+    }
+    if (gap > 0) {
+      if (++found === n) return this.headLength
+    }
+    const headEnd = Math.min(this.headLength, end)
+    const head = Buffer.from(this.head.buffer, this.head.byteOffset, this.headLength)
+    // a newline ending the head is the same line break as the gap after it
+    let pos = gap > 0 && head[headEnd - 1] === NEWLINE ? headEnd - 2 : headEnd - 1
+    while (pos >= 0) {
+      const hit = head.lastIndexOf(NEWLINE, pos)
+      if (hit < 0) break
+      if (++found === n) return hit + 1
+      pos = hit - 1
+    }
+    return 0
+  }
+
+  private ensureHead(size: number) {
+    if (size <= this.head.length) return
+    const next = new Uint8Array(Math.min(this.headBytes, Math.max(size, INITIAL_CAPACITY, this.head.length * 2)))
+    next.set(this.head.subarray(0, this.headLength))
+    this.head = next
+  }
+
+  private pushTail(data: Uint8Array) {
+    const cap = this.tailBytes
+    if (cap === 0) return
+    if (data.length >= cap) {
+      if (this.ring.length < cap) this.ring = new Uint8Array(cap)
+      this.ring.set(data.subarray(data.length - cap))
+      this.ringStart = 0
+      this.ringLength = cap
+      return
+    }
+    const need = this.ringLength + data.length
+    if (need > this.ring.length && this.ring.length < cap) {
+      // Grow (only before the ring first fills): linearize the old contents at index 0.
+      const next = new Uint8Array(Math.min(cap, Math.max(need, INITIAL_CAPACITY, this.ring.length * 2)))
+      const [a, b] = this.ringViews(0, this.ringLength)
+      next.set(a)
+      if (b) next.set(b, a.length)
+      this.ring = next
+      this.ringStart = 0
+    }
+    const size = this.ring.length
+    let writeAt = (this.ringStart + this.ringLength) % size
+    const first = Math.min(data.length, size - writeAt)
+    this.ring.set(first === data.length ? data : data.subarray(0, first), writeAt)
+    if (first < data.length) this.ring.set(data.subarray(first), 0)
+    writeAt = (writeAt + data.length) % size
+    if (need > size) {
+      this.ringStart = writeAt
+      this.ringLength = size
+    } else {
+      this.ringLength = need
+    }
+  }
+
+  /** Views of the ring's bytes at logical indexes [from, to) (0 = oldest held tail byte). */
+  private ringViews(from: number, to: number): [Uint8Array, Uint8Array?] {
+    const size = this.ring.length
+    if (size === 0 || to <= from) return [new Uint8Array(0)]
+    const a = (this.ringStart + from) % size
+    const b = a + (to - from)
+    if (b <= size) return [this.ring.subarray(a, b)]
+    return [this.ring.subarray(a, size), this.ring.subarray(0, b - size)]
+  }
+
+  private tailByteAt(abs: number): number {
+    const i = abs - (this.totalBytes - this.ringLength)
+    return this.ring[(this.ringStart + i) % this.ring.length]!
+  }
+
+  /** The tail's bytes in [from, to) (absolute) as views, newest view first. */
+  private tailViewsBackwards(tailStart: number, to: number): Array<{ start: number; bytes: Uint8Array }> {
+    if (to <= tailStart) return []
+    const [a, b] = this.ringViews(0, to - tailStart)
+    const views = [{ start: tailStart, bytes: a }]
+    if (b) views.push({ start: tailStart + a.length, bytes: b })
+    return views.reverse()
+  }
+
+  /** The held bytes at or after `from`, as pieces in stream order. */
+  private piecesFrom(from: number): Array<Piece> {
+    const pieces: Array<Piece> = []
+    const total = this.totalBytes
+    const tailStart = total - this.ringLength
+    if (from < this.headLength) {
+      pieces.push({ start: from, parts: [this.head.subarray(from, this.headLength)], length: this.headLength - from })
+    }
+    const s = Math.max(from, tailStart)
+    if (s < total) {
+      const [a, b] = this.ringViews(s - tailStart, this.ringLength)
+      const piece: Piece = { start: s, parts: b ? [a, b] : [a], length: total - s }
+      // head and tail are adjacent while nothing was evicted: one run, decoded as one
+      const prev = pieces[pieces.length - 1]
+      if (prev && pieceEnd(prev) === s) {
+        prev.parts.push(...piece.parts)
+        prev.length += piece.length
+      } else {
+        pieces.push(piece)
+      }
+    }
+    return pieces
+  }
+}
+
+/** Keeps the first `floor(budget/2)` and the last `ceil(budget/2)` held bytes of the pieces. */
+const cutMiddle = (pieces: ReadonlyArray<Piece>, budget: number): Array<Piece> => {
+  const front: Array<Piece> = []
+  let left = Math.floor(budget / 2)
+  for (const p of pieces) {
+    if (left <= 0) break
+    front.push(p.length <= left ? p : dropBack(p, p.length - left))
+    left -= p.length
+  }
+  const back: Array<Piece> = []
+  left = budget - Math.floor(budget / 2)
+  for (let i = pieces.length - 1; i >= 0 && left > 0; i--) {
+    const p = pieces[i]!
+    back.unshift(p.length <= left ? p : dropFront(p, p.length - left))
+    left -= p.length
+  }
+  return [...front, ...back]
+}
+
+/** Decodes pieces, with a marker for every hole (including one before the first piece). */
+const render = (input: ReadonlyArray<Piece>, from: number, next: number): OutputSlice => {
+  // Move every cut to a character boundary: a piece's end followed by a hole loses an
+  // incomplete trailing character, a piece's start preceded by a hole its stray continuations.
+  const pieces: Array<Piece> = []
+  for (let i = 0; i < input.length; i++) {
+    let p = input[i]!
+    if (p.start > (i === 0 ? from : pieceEnd(input[i - 1]!))) {
+      const n = leadingContinuations(p)
+      if (n > 0) p = dropFront(p, n)
+    }
+    if (pieceEnd(p) < (i === input.length - 1 ? next : input[i + 1]!.start)) {
+      const n = trailingPartial(p)
+      if (n > 0) p = dropBack(p, n)
+    }
+    if (p.length > 0) pieces.push(p)
+  }
+  let text = ""
+  let at = from
+  let omitted = 0
+  for (const p of pieces) {
+    const hole = p.start - at
+    if (hole > 0) {
+      omitted += hole
+      text += at === from ? `${omittedMarker(hole)}\n` : `\n${omittedMarker(hole)}\n`
+    }
+    text += decode(p.parts)
+    at = pieceEnd(p)
+  }
+  const hole = next - at
+  if (hole > 0) {
+    omitted += hole
+    text += at === from ? omittedMarker(hole) : `\n${omittedMarker(hole)}`
+  }
+  return { text, from, next, omitted }
+}
+
+/**
+ * Truncates a text to at most `maxBytes` UTF-8 bytes (plus the marker) by keeping its start and
+ * its end (half each, the end getting the odd byte) around `\n[… N bytes omitted …]\n`.
+ */
+export const truncateMiddle = (text: string, maxBytes: number): { text: string; omitted: number } => {
+  const budget = Math.max(0, Math.floor(Number.isNaN(maxBytes) ? 0 : maxBytes))
+  // a string of n UTF-16 units never takes more than 3n UTF-8 bytes
+  if (text.length * 3 <= budget || Buffer.byteLength(text, "utf8") <= budget) return { text, omitted: 0 }
+  const bytes = Buffer.from(text, "utf8")
+  const piece: Piece = { start: 0, parts: [bytes], length: bytes.length }
+  const slice = render(cutMiddle([piece], budget), 0, bytes.length)
+  return { text: slice.text, omitted: slice.omitted }
+}

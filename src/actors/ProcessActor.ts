@@ -1,0 +1,276 @@
+import type { Scope } from "effect"
+import { Clock, Deferred, Effect, Option, PubSub, Queue, Stream } from "effect"
+import {
+  type BackendError,
+  MailboxFull,
+  ProcessExited,
+  StdinClosed,
+  type Unsupported
+} from "../domain/Errors.js"
+import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice } from "../domain/Process.js"
+import type { BackendProcess, ExitInfo, ProcessEvent } from "../services/Backend.js"
+import { OutputLog, type OutputSlice } from "./OutputLog.js"
+import { TerminalScreen } from "./TerminalScreen.js"
+
+/** Live output as subscribers see it. */
+export type LiveOutput =
+  | { readonly _tag: "Stdout"; readonly data: Uint8Array }
+  | { readonly _tag: "Stderr"; readonly data: Uint8Array }
+  | { readonly _tag: "Exit"; readonly exit: ExitInfo }
+
+export interface ProcessActorOptions {
+  readonly id: string
+  readonly computerId: string
+  readonly command: string
+  readonly cwd: string
+  readonly tty: { readonly cols: number; readonly rows: number } | undefined
+  readonly headBytes: number
+  readonly tailBytes: number
+  readonly mailboxCapacity: number
+  /** Called once, when the process has exited and its exit is recorded. */
+  readonly onExit: (actor: ProcessActor) => Effect.Effect<void>
+}
+
+type Command =
+  | { readonly _tag: "Write"; readonly data: Uint8Array }
+  | { readonly _tag: "Eof" }
+  | { readonly _tag: "Signal"; readonly signal: string; readonly reason: string | undefined }
+  | { readonly _tag: "Resize"; readonly cols: number; readonly rows: number }
+
+type CommandError = ProcessExited | StdinClosed | BackendError | Unsupported
+
+interface Envelope {
+  readonly command: Command
+  readonly reply: Deferred.Deferred<void, CommandError>
+}
+
+/** A process as an actor: it owns the running process, its output and its terminal. */
+export interface ProcessActor {
+  readonly id: string
+  readonly computerId: string
+  readonly tty: boolean
+  readonly info: Effect.Effect<ProcessInfo>
+  readonly status: Effect.Effect<ProcessStatus>
+  /** Waits for the process to exit. */
+  readonly exited: Effect.Effect<ExitInfo>
+  /** Completes when the process has exited and every holder of its output has closed it. */
+  readonly closed: Effect.Effect<void>
+  readonly write: (data: Uint8Array) => Effect.Effect<void, CommandError | MailboxFull>
+  readonly closeStdin: Effect.Effect<void, CommandError | MailboxFull>
+  readonly signal: (signal: string, reason?: string) => Effect.Effect<void, CommandError | MailboxFull>
+  readonly resize: (cols: number, rows: number) => Effect.Effect<void, CommandError | MailboxFull>
+  readonly read: (options: ReadOptions) => Effect.Effect<OutputView>
+  /** Live output from now on; the subscription ends with the Scope. */
+  readonly subscribe: Effect.Effect<Queue.Dequeue<LiveOutput>, never, Scope.Scope>
+  /** Clock millis of the latest output (or of the start). */
+  readonly lastActivity: Effect.Effect<number>
+  /** Records why the process is ending (computer closed, server shutdown) before it is stopped. */
+  readonly noteReason: (reason: string) => Effect.Effect<void>
+  /** The exit already recorded, if any. */
+  readonly exitNow: Effect.Effect<Option.Option<ExitInfo>>
+}
+
+const iso = (millis: number) => new Date(millis).toISOString()
+
+const toStreamSlice = (slice: OutputSlice, total: number): StreamSlice => ({
+  text: slice.text,
+  from: slice.from,
+  next: slice.next,
+  total,
+  omitted: slice.omitted
+})
+
+/**
+ * Starts the actor of a process the backend has already spawned. Its fibers live in the given
+ * Scope: the drain (output to storage, terminal and subscribers, never blocked by a reader) and
+ * the mailbox (stdin, EOF, signals, resize — one at a time, bounded).
+ */
+export const make = (
+  process: BackendProcess,
+  options: ProcessActorOptions
+): Effect.Effect<ProcessActor, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const startedAt = yield* Clock.currentTimeMillis
+    const stdout = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
+    const stderr = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
+    const screen = options.tty
+      ? new TerminalScreen({ cols: options.tty.cols, rows: options.tty.rows })
+      : undefined
+    yield* Effect.addFinalizer(() => Effect.sync(() => screen?.dispose()))
+
+    // Sliding: a slow subscriber loses old live chunks (they stay in the logs), the process never waits.
+    const live = yield* Effect.acquireRelease(PubSub.sliding<LiveOutput>(1024), PubSub.shutdown)
+    let subscribers = 0
+    const exitDeferred = yield* Deferred.make<ExitInfo>()
+    const closedDeferred = yield* Deferred.make<void>()
+    const inbox = yield* Queue.dropping<Envelope>(options.mailboxCapacity)
+
+    let exit: ExitInfo | undefined
+    let endedAt: number | undefined
+    let reason: string | undefined
+    let stdinClosed = false
+    let lastActivity = startedAt
+
+    const status = (): ProcessStatus => exit === undefined ? "running" : exit.signal !== null ? "killed" : "exited"
+
+    const info = (): ProcessInfo => ({
+      id: options.id,
+      computer_id: options.computerId,
+      command: options.command,
+      cwd: options.cwd,
+      tty: screen !== undefined,
+      status: status(),
+      exitCode: exit?.exitCode ?? null,
+      signal: exit?.signal ?? null,
+      pid: process.pid,
+      startedAt: iso(startedAt),
+      endedAt: endedAt === undefined ? null : iso(endedAt),
+      ...(reason !== undefined && exit !== undefined ? { reason } : {})
+    })
+
+    const publish = (event: LiveOutput) => subscribers > 0 ? PubSub.publish(live, event) : Effect.void
+
+    const self = yield* Deferred.make<ProcessActor>()
+    const recordExit = (info: ExitInfo) =>
+      Effect.gen(function*() {
+        if (exit !== undefined) return
+        exit = info
+        endedAt = yield* Clock.currentTimeMillis
+        yield* Deferred.succeed(exitDeferred, info)
+        yield* publish({ _tag: "Exit", exit: info })
+        yield* options.onExit(yield* Deferred.await(self))
+      })
+
+    const onEvent = (event: ProcessEvent): Effect.Effect<void> => {
+      switch (event._tag) {
+        case "Stdout":
+          stdout.append(event.data)
+          screen?.write(event.data)
+          return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            lastActivity = now
+            return publish(event)
+          })
+        case "Stderr":
+          stderr.append(event.data)
+          return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            lastActivity = now
+            return publish(event)
+          })
+        case "Exit":
+          return recordExit(event.exit)
+      }
+    }
+
+    yield* process.events.pipe(
+      Stream.runForEach(onEvent),
+      // A stream that ends without an Exit means the backend lost the process.
+      Effect.zipRight(Effect.suspend(() => {
+        if (exit === undefined) reason ??= "the backend lost the process"
+        return recordExit({ exitCode: null, signal: "SIGKILL" })
+      })),
+      Effect.ensuring(Deferred.succeed(closedDeferred, undefined)),
+      Effect.forkScoped
+    )
+
+    const handle = (command: Command): Effect.Effect<void, CommandError> => {
+      if (exit !== undefined) return new ProcessExited({ id: options.id, status: status() })
+      switch (command._tag) {
+        case "Write":
+          return stdinClosed ? new StdinClosed({ id: options.id }) : process.write(command.data)
+        case "Eof":
+          if (stdinClosed) return new StdinClosed({ id: options.id })
+          if (!screen) stdinClosed = true
+          return process.closeStdin
+        case "Signal":
+          if (command.reason !== undefined) reason = command.reason
+          return process.signal(command.signal)
+        case "Resize":
+          screen?.resize(command.cols, command.rows)
+          return process.resize(command.cols, command.rows)
+      }
+    }
+
+    const gone = () => new ProcessExited({ id: options.id, status: status() })
+    yield* Queue.take(inbox).pipe(
+      Effect.flatMap(({ command, reply }) =>
+        Effect.exit(handle(command)).pipe(
+          Effect.flatMap((result) => Deferred.done(reply, result)),
+          Effect.onInterrupt(() => Deferred.fail(reply, gone()))
+        )
+      ),
+      Effect.forever,
+      Effect.forkScoped
+    )
+    // Requests still queued when the actor stops are answered, never left waiting.
+    yield* Effect.addFinalizer(() =>
+      Queue.takeAll(inbox).pipe(
+        Effect.flatMap((pending) => Effect.forEach(pending, ({ reply }) => Deferred.fail(reply, gone()), { discard: true }))
+      )
+    )
+
+    const ask = (command: Command): Effect.Effect<void, CommandError | MailboxFull> =>
+      Effect.gen(function*() {
+        if (exit !== undefined) return yield* gone()
+        const reply = yield* Deferred.make<void, CommandError>()
+        const accepted = yield* Queue.offer(inbox, { command, reply })
+        if (!accepted) return yield* new MailboxFull({ id: options.id })
+        return yield* Deferred.await(reply)
+      })
+
+    const read = (opts: ReadOptions): Effect.Effect<OutputView> =>
+      Effect.gen(function*() {
+        const maxBytes = opts.maxBytes
+        const slice = (log: OutputLog, cursor: number | undefined) =>
+          toStreamSlice(
+            cursor === undefined && opts.lines !== undefined
+              ? log.lastLines(opts.lines, maxBytes)
+              : log.read(cursor ?? 0, maxBytes),
+            log.total
+          )
+        if (!screen) return { stdout: slice(stdout, opts.stdoutCursor), stderr: slice(stderr, opts.stderrCursor) }
+        const snapshot = yield* Effect.promise(() => screen.snapshot(opts.scrollback ? { scrollback: true } : {}))
+        // A TTY's raw bytes are escape-laden; they are returned only when asked for by cursor.
+        const raw = opts.stdoutCursor === undefined
+          ? { text: "", from: stdout.total, next: stdout.total, total: stdout.total, omitted: 0 }
+          : slice(stdout, opts.stdoutCursor)
+        return {
+          stdout: raw,
+          stderr: slice(stderr, opts.stderrCursor),
+          screen: {
+            text: snapshot.text,
+            cursor: snapshot.cursor,
+            cols: snapshot.cols,
+            rows: snapshot.rows,
+            alternateScreen: snapshot.alternateScreen,
+            ...(snapshot.scrollback !== undefined ? { scrollback: snapshot.scrollback } : {})
+          }
+        }
+      })
+
+    const actor: ProcessActor = {
+      id: options.id,
+      computerId: options.computerId,
+      tty: screen !== undefined,
+      info: Effect.sync(info),
+      status: Effect.sync(status),
+      exited: Deferred.await(exitDeferred),
+      closed: Deferred.await(closedDeferred),
+      write: (data) => ask({ _tag: "Write", data }),
+      closeStdin: ask({ _tag: "Eof" }),
+      // Signals and resizes do not queue behind stdin: a process that stopped reading must still be killable.
+      signal: (signal, why) => Effect.suspend(() => handle({ _tag: "Signal", signal, reason: why })),
+      resize: (cols, rows) => Effect.suspend(() => handle({ _tag: "Resize", cols, rows })),
+      read,
+      subscribe: Effect.acquireRelease(
+        Effect.sync(() => subscribers++).pipe(Effect.zipRight(PubSub.subscribe(live))),
+        () => Effect.sync(() => subscribers--)
+      ),
+      lastActivity: Effect.sync(() => lastActivity),
+      noteReason: (why) => Effect.sync(() => {
+        reason ??= why
+      }),
+      exitNow: Effect.sync(() => Option.fromNullable(exit))
+    }
+    yield* Deferred.succeed(self, actor)
+    return actor
+  })

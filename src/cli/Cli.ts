@@ -1,0 +1,162 @@
+import { Command, Options } from "@effect/cli"
+import { Config, Effect, LogLevel, Option } from "effect"
+import { homedir } from "node:os"
+import { join } from "node:path"
+import { serverInfo, serveStdio } from "../layers/mcp/McpServer.js"
+import * as Main from "../layers/Main.js"
+import { defaultSettings, type SettingsShape } from "../services/Settings.js"
+
+const env = (name: string) => `KILNTAINERS_${name.toUpperCase().replace(/-/g, "_")}`
+
+const int = (name: string, fallback: number, description: string) =>
+  Options.integer(name).pipe(
+    Options.withFallbackConfig(Config.integer(env(name))),
+    Options.withDefault(fallback),
+    Options.withDescription(`${description} (default ${fallback}; env ${env(name)})`)
+  )
+
+const flag = (name: string, description: string) =>
+  Options.boolean(name).pipe(
+    Options.withFallbackConfig(Config.boolean(env(name)).pipe(Config.withDefault(false))),
+    Options.withDescription(`${description} (env ${env(name)}=true)`)
+  )
+
+const text = (name: string, description: string) =>
+  Options.text(name).pipe(
+    Options.withFallbackConfig(Config.string(env(name))),
+    Options.optional,
+    Options.withDescription(`${description} (env ${env(name)})`)
+  )
+
+const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
+  Config.map((dir) => join(dir, "kilntainers")),
+  Config.orElse(() => Config.string("HOME").pipe(Config.map((home) => join(home, ".local", "state", "kilntainers")))),
+  Config.orElse(() => Config.succeed(join(homedir(), ".local", "state", "kilntainers")))
+)
+
+const options = {
+  backend: Options.choice("backend", ["host"]).pipe(
+    Options.withFallbackConfig(Config.literal("host")(env("backend"))),
+    Options.withDefault("host" as const),
+    Options.withDescription("Where computers run: host (a bubblewrap sandbox per computer) (env KILNTAINERS_BACKEND)")
+  ),
+  transport: Options.choice("transport", ["stdio", "http"]).pipe(
+    Options.withFallbackConfig(Config.literal("stdio", "http")(env("transport"))),
+    Options.withDefault("stdio" as const),
+    Options.withDescription("MCP transport: stdio (default) or http (env KILNTAINERS_TRANSPORT)")
+  ),
+  timeout: int("timeout", defaultSettings.timeout, "sandbox_exec default timeout, seconds (>= 1)"),
+  outputLimit: int("output-limit", defaultSettings.outputLimit, "Most bytes of output one sandbox_exec result carries (>= 1)"),
+  shell: Options.text("shell").pipe(
+    Options.withFallbackConfig(Config.string(env("shell"))),
+    Options.withDefault(defaultSettings.shell),
+    Options.withDescription(`Shell that runs command strings (default ${defaultSettings.shell}; env ${env("shell")})`)
+  ),
+  network: flag("network", "Give computers network access (off by default)"),
+  toolInstructionOverride: text("tool-instruction-override", "Replace the sandbox_exec tool description"),
+  extendedToolInstruction: text("extended-tool-instruction", "Append to the sandbox_exec tool description"),
+  stateDir: text("state-dir", "Where computers' workspaces live (default $XDG_STATE_HOME/kilntainers or ~/.local/state/kilntainers)"),
+  unsafeNoSandbox: flag(
+    "unsafe-no-sandbox",
+    "DANGEROUS: run host processes without bubblewrap isolation, with full access to your files"
+  ),
+  spawnTimeoutMs: int("spawn-timeout-ms", defaultSettings.spawnTimeoutMs, "spawn: default wait before a process moves to the background, ms"),
+  maxTimeoutMs: int("max-timeout-ms", defaultSettings.maxTimeoutMs, "spawn/wait: longest wait a call may ask for, ms"),
+  maxFinished: int("max-finished", defaultSettings.maxFinished, "Finished processes kept listable (oldest evicted first)"),
+  headBytes: int("head-bytes", defaultSettings.headBytes, "Output kept from the start of each stream, bytes"),
+  tailBytes: int("tail-bytes", defaultSettings.tailBytes, "Output kept from the end of each stream, bytes"),
+  cols: int("cols", defaultSettings.cols, "Default terminal columns of TTY processes"),
+  rows: int("rows", defaultSettings.rows, "Default terminal rows of TTY processes"),
+  killGraceMs: int("kill-grace-ms", defaultSettings.killGraceMs, "Grace between SIGTERM and SIGKILL at shutdown, ms"),
+  env: Options.keyValueMap("env").pipe(
+    Options.optional,
+    Options.withDescription("NAME=VALUE set in every process's environment (repeatable)")
+  ),
+  logLevel: Options.choice("log-level", ["debug", "info", "warning", "error", "none"]).pipe(
+    Options.withFallbackConfig(Config.literal("debug", "info", "warning", "error", "none")(env("log-level"))),
+    Options.withDefault("info" as const),
+    Options.withDescription("Logging to stderr (default info; env KILNTAINERS_LOG_LEVEL)")
+  )
+}
+
+type Parsed = Command.Command.ParseConfig<typeof options>
+
+const levels = {
+  debug: LogLevel.Debug,
+  info: LogLevel.Info,
+  warning: LogLevel.Warning,
+  error: LogLevel.Error,
+  none: LogLevel.None
+} as const
+
+/** Turns parsed flags into settings, rejecting values out of range with a clear message. */
+export const toSettings = (parsed: Parsed) =>
+  Effect.gen(function*() {
+    const positive = (name: string, value: number, min = 1) =>
+      value >= min ? Effect.void : Effect.fail(`--${name} must be >= ${min} (got ${value})`)
+    yield* positive("timeout", parsed.timeout)
+    yield* positive("output-limit", parsed.outputLimit)
+    yield* positive("spawn-timeout-ms", parsed.spawnTimeoutMs, 0)
+    yield* positive("max-timeout-ms", parsed.maxTimeoutMs)
+    yield* positive("max-finished", parsed.maxFinished, 0)
+    yield* positive("head-bytes", parsed.headBytes, 0)
+    yield* positive("tail-bytes", parsed.tailBytes, 1)
+    yield* positive("cols", parsed.cols, 2)
+    yield* positive("rows", parsed.rows, 2)
+    yield* positive("kill-grace-ms", parsed.killGraceMs, 0)
+    if (Option.isSome(parsed.toolInstructionOverride) && Option.isSome(parsed.extendedToolInstruction)) {
+      return yield* Effect.fail("--tool-instruction-override and --extended-tool-instruction cannot be used together")
+    }
+    const stateDir = Option.isSome(parsed.stateDir) ? parsed.stateDir.value : yield* defaultStateDir
+    const settings: SettingsShape = {
+      ...defaultSettings,
+      backend: parsed.backend,
+      transport: parsed.transport,
+      timeout: parsed.timeout,
+      outputLimit: parsed.outputLimit,
+      shell: parsed.shell,
+      network: parsed.network,
+      toolInstructionOverride: Option.getOrUndefined(parsed.toolInstructionOverride),
+      extendedToolInstruction: Option.getOrUndefined(parsed.extendedToolInstruction),
+      stateDir,
+      unsafeNoSandbox: parsed.unsafeNoSandbox,
+      spawnTimeoutMs: Math.min(parsed.spawnTimeoutMs, parsed.maxTimeoutMs),
+      maxTimeoutMs: parsed.maxTimeoutMs,
+      maxFinished: parsed.maxFinished,
+      headBytes: parsed.headBytes,
+      tailBytes: parsed.tailBytes,
+      cols: parsed.cols,
+      rows: parsed.rows,
+      killGraceMs: parsed.killGraceMs,
+      env: Option.match(parsed.env, { onNone: () => ({}), onSome: (map) => Object.fromEntries(map) })
+    }
+    return settings
+  })
+
+const serve = (parsed: Parsed) =>
+  Effect.gen(function*() {
+    const settings = yield* toSettings(parsed).pipe(
+      Effect.catchAll((message) => Effect.logError(message).pipe(Effect.zipRight(Effect.fail(message))))
+    )
+    if (settings.transport === "http") {
+      yield* Effect.logError("the HTTP transport is not available in this version; use --transport stdio")
+      return yield* Effect.fail("http transport unavailable")
+    }
+    if (settings.unsafeNoSandbox) {
+      yield* Effect.logWarning("--unsafe-no-sandbox: processes run on this host WITHOUT isolation and can read and change your files")
+    }
+    yield* Effect.logInfo(`kilntainers ${serverInfo.version}: backend ${settings.backend}, transport stdio, state ${settings.stateDir}`)
+    yield* serveStdio.pipe(
+      Effect.provide(Main.layer(settings)),
+      Effect.tapErrorTag("BackendError", (error) => Effect.logError(error.message))
+    )
+  }).pipe(Effect.provide(Main.loggerLayer(levels[parsed.logLevel])))
+
+export const command = Command.make("kilntainers", options, serve).pipe(
+  Command.withDescription(
+    "Isolated Linux computers and full process control for AI agents, served over MCP (stdio by default)."
+  )
+)
+
+export const run = Command.run(command, { name: "kilntainers", version: serverInfo.version })
+

@@ -1,0 +1,80 @@
+import type { Effect, Scope, Stream } from "effect"
+import { Context } from "effect"
+import type { BackendError, SpawnFailed, Unsupported } from "../domain/Errors.js"
+
+/** What a backend can do; the runtime reads these and answers honestly when one is missing. */
+export interface Capabilities {
+  readonly pty: boolean
+  readonly stdin: boolean
+  readonly signals: boolean
+  readonly restart: boolean
+  readonly factoryReset: boolean
+  readonly persistence: boolean
+  readonly files: boolean
+  readonly networkControl: boolean
+}
+
+/** What the runtime asks a backend to start inside a computer. */
+export interface SpawnSpec {
+  /** argv; argv[0] is looked up on the computer's PATH. */
+  readonly argv: ReadonlyArray<string>
+  /** Absolute working directory inside the computer. */
+  readonly cwd: string
+  /** The complete environment of the process (the runtime has already merged defaults). */
+  readonly env: Readonly<Record<string, string>>
+  /** A pseudo-terminal of this size, or pipes when absent. */
+  readonly tty?: { readonly cols: number; readonly rows: number } | undefined
+}
+
+/** How a process ended. `signal` is a name such as `SIGKILL`. */
+export interface ExitInfo {
+  readonly exitCode: number | null
+  readonly signal: string | null
+}
+
+/**
+ * Events of a running process, in order. `Exit` comes after every byte the process itself wrote;
+ * output of children that outlive it may follow until the stream ends.
+ */
+export type ProcessEvent =
+  | { readonly _tag: "Stdout"; readonly data: Uint8Array }
+  | { readonly _tag: "Stderr"; readonly data: Uint8Array }
+  | { readonly _tag: "Exit"; readonly exit: ExitInfo }
+
+/** A process running in a backend. Its resources belong to the Scope it was spawned in. */
+export interface BackendProcess {
+  /** The process id inside the computer, when the backend knows it. */
+  readonly pid: number | null
+  /** Every event exactly once; ends when the process and all holders of its output are gone. */
+  readonly events: Stream.Stream<ProcessEvent>
+  readonly write: (data: Uint8Array) => Effect.Effect<void, BackendError>
+  /** Close stdin (pipes) or send EOF (Ctrl-D) on a TTY. */
+  readonly closeStdin: Effect.Effect<void, BackendError>
+  /** Deliver a signal to the process group of the process. */
+  readonly signal: (signal: string) => Effect.Effect<void, BackendError | Unsupported>
+  readonly resize: (cols: number, rows: number) => Effect.Effect<void, BackendError | Unsupported>
+}
+
+/** A computer opened by a backend. Closing its Scope ends all of its processes. */
+export interface BackendComputer {
+  /** The provider's id (container id, machine id, workspace path, …). */
+  readonly providerId: string
+  /** The default working directory and HOME of processes. */
+  readonly home: string
+  /** The base image the computer was made from, when the backend has one. */
+  readonly image?: string | undefined
+  readonly spawn: (spec: SpawnSpec) => Effect.Effect<BackendProcess, SpawnFailed | BackendError, Scope.Scope>
+}
+
+export interface ComputerSpec {
+  readonly id: string
+  readonly temporary: boolean
+}
+
+/** A place where computers run: host sandbox, Docker, a cloud, WASM. */
+export class Backend extends Context.Tag("kilntainers/services/Backend")<Backend, {
+  readonly name: string
+  readonly capabilities: Capabilities
+  /** Open (create or attach) a computer; it is closed with the Scope. */
+  readonly open: (spec: ComputerSpec) => Effect.Effect<BackendComputer, BackendError, Scope.Scope>
+}>() {}

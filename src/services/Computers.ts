@@ -1,0 +1,33 @@
+import type { Effect } from "effect"
+import { Context, Schema } from "effect"
+import type { ComputerActor } from "../actors/ComputerActor.js"
+import type { BackendError, ComputerNotFound, InvalidInput } from "../domain/Errors.js"
+
+/** What `computer_list` shows of one computer. */
+export const ComputerInfo = Schema.Struct({
+  computer_id: Schema.String,
+  sandbox_id: Schema.String,
+  backend: Schema.String,
+  state: Schema.String,
+  temporary: Schema.Boolean,
+  image: Schema.String,
+  created_at: Schema.String,
+  processes: Schema.Number.annotations({ description: "Live processes" })
+})
+export type ComputerInfo = typeof ComputerInfo.Type
+
+/** Which computer a call targets: the session's default when no id is given. */
+export interface ComputerRequest {
+  readonly computer_id?: string | undefined
+  readonly temporary?: boolean | undefined
+}
+
+/** The named computers of a server, and the sessions that hold them. */
+export class Computers extends Context.Tag("kilntainers/services/Computers")<Computers, {
+  /** The computer a session's call targets, created on first use. */
+  readonly resolve: (session: string, request: ComputerRequest) => Effect.Effect<ComputerActor, InvalidInput | BackendError>
+  readonly get: (id: string) => Effect.Effect<ComputerActor, ComputerNotFound>
+  readonly list: Effect.Effect<ReadonlyArray<ComputerInfo>>
+  /** A session ended: its temporary computers that nobody else holds are removed. */
+  readonly release: (session: string) => Effect.Effect<void>
+}>() {}

@@ -1,0 +1,140 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll } from "vitest"
+import type { ExitInfo } from "../../../src/services/Backend.js"
+import * as AgentClient from "../../../src/layers/backends/AgentClient.js"
+import * as NativeBinaries from "../../../src/layers/backends/NativeBinaries.js"
+
+const { encodeFrame, encodeSpawn, FrameDecoder, FrameType } = AgentClient
+
+const decodeAll = (chunks: ReadonlyArray<Buffer>) => {
+  const seen: Array<{ type: number; id: number; data: string }> = []
+  const decoder = new FrameDecoder({
+    output: (type, id, data) => seen.push({ type, id, data: Buffer.from(data).toString("latin1") }),
+    control: (type, id, payload) => seen.push({ type, id, data: payload.toString("latin1") })
+  })
+  for (const chunk of chunks) decoder.push(chunk)
+  return seen
+}
+
+/** Joins consecutive output pieces of the same frame kind, as a consumer would see them. */
+const merged = (events: ReturnType<typeof decodeAll>) =>
+  events.reduce<Array<{ type: number; id: number; data: string }>>((acc, event) => {
+    const last = acc[acc.length - 1]
+    if (last && last.type === event.type && last.id === event.id && (event.type === FrameType.Stdout || event.type === FrameType.Stderr)) {
+      last.data += event.data
+    } else {
+      acc.push({ ...event })
+    }
+    return acc
+  }, [])
+
+describe("frame codec", () => {
+  const stream = Buffer.concat([
+    encodeFrame(FrameType.Ready, 0),
+    encodeFrame(FrameType.Started, 7, Buffer.from([1, 2, 0, 0])),
+    encodeFrame(FrameType.Stdout, 7, Buffer.from("hello world")),
+    encodeFrame(FrameType.Stderr, 7, Buffer.from("oops")),
+    encodeFrame(FrameType.Exit, 7, Buffer.from([0, 3, 0, 0, 0])),
+    encodeFrame(FrameType.Closed, 7)
+  ])
+  const expected = [
+    { type: FrameType.Ready, id: 0, data: "" },
+    { type: FrameType.Started, id: 7, data: "\x01\x02\x00\x00" },
+    { type: FrameType.Stdout, id: 7, data: "hello world" },
+    { type: FrameType.Stderr, id: 7, data: "oops" },
+    { type: FrameType.Exit, id: 7, data: "\x00\x03\x00\x00\x00" },
+    { type: FrameType.Closed, id: 7, data: "" }
+  ]
+
+  it("decodes frames delivered in one chunk", () => {
+    assert.deepStrictEqual(decodeAll([stream]), expected)
+  })
+
+  it("decodes frames split at every possible byte boundary", () => {
+    for (let cut = 1; cut < stream.length; cut++) {
+      assert.deepStrictEqual(merged(decodeAll([stream.subarray(0, cut), stream.subarray(cut)])), expected)
+    }
+    const bytes = Array.from(stream, (byte) => Buffer.from([byte]))
+    assert.deepStrictEqual(merged(decodeAll(bytes)), expected)
+  })
+
+  it("hands output payloads over without copying them", () => {
+    const frame = encodeFrame(FrameType.Stdout, 1, Buffer.alloc(1000, 120))
+    let view: Uint8Array | undefined
+    new FrameDecoder({ output: (_t, _i, data) => (view = data), control: () => {} }).push(frame)
+    assert.strictEqual(view?.buffer, frame.buffer)
+  })
+
+  it("encodes a spawn request as counts and NUL-terminated strings", () => {
+    const payload = encodeSpawn({ argv: ["sh", "-c", "x"], cwd: "/w", env: { A: "1" } })!
+    assert.strictEqual(payload.readUInt32LE(0), 3)
+    assert.strictEqual(payload.readUInt32LE(4), 1)
+    assert.strictEqual(payload.subarray(8).toString(), "/w\0sh\0-c\0x\0A=1\0")
+    assert.isUndefined(encodeSpawn({ argv: ["a\0b"], cwd: "/", env: {} }))
+  })
+})
+
+describe("AgentClient (unsandboxed agent)", () => {
+  const dir = mkdtempSync(join(tmpdir(), "kt-agent-test-"))
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+  const start = Effect.gen(function*() {
+    const binaries = yield* NativeBinaries.locate("host")
+    return yield* AgentClient.make("host", {
+      file: binaries.agent,
+      args: ["--socket", join(dir, `agent-${Math.random().toString(36).slice(2)}.sock`)],
+      cwd: dir,
+      env: {}
+    })
+  })
+
+  it.scopedLive("when the agent dies, live processes exit with SIGKILL and later spawns fail", () =>
+    Effect.gen(function*() {
+      const client = yield* start
+      const exits: Array<ExitInfo> = []
+      let closed = false
+      yield* client.spawn({ argv: ["sleep", "306"], cwd: dir, env: { PATH: "/usr/bin:/bin" } }, {
+        onStdout: () => {},
+        onStderr: () => {},
+        onExit: (exit) => exits.push(exit),
+        onClosed: () => (closed = true)
+      })
+      process.kill(client.pid!, "SIGKILL")
+      for (let i = 0; i < 200 && !closed; i++) yield* Effect.sleep("10 millis")
+      assert.deepStrictEqual(exits, [{ exitCode: null, signal: "SIGKILL" }])
+      assert.isTrue(closed)
+      const error = yield* Effect.flip(client.spawn({ argv: ["true"], cwd: dir, env: {} }, {
+        onStdout: () => {},
+        onStderr: () => {},
+        onExit: () => {},
+        onClosed: () => {}
+      }))
+      assert.strictEqual(error._tag, "BackendError")
+    }))
+
+  it.scopedLive("passes exactly the given environment and reports exec failures", () =>
+    Effect.gen(function*() {
+      const client = yield* start
+      let out = ""
+      let done = false
+      yield* client.spawn({ argv: ["env"], cwd: dir, env: { PATH: "/usr/bin:/bin", ONLY: "this" } }, {
+        onStdout: (data) => (out += Buffer.from(data).toString()),
+        onStderr: () => {},
+        onExit: () => {},
+        onClosed: () => (done = true)
+      })
+      for (let i = 0; i < 200 && !done; i++) yield* Effect.sleep("10 millis")
+      assert.strictEqual(out, "PATH=/usr/bin:/bin\nONLY=this\n")
+      const failed = yield* Effect.flip(client.spawn({ argv: ["/nonexistent/x"], cwd: dir, env: {} }, {
+        onStdout: () => {},
+        onStderr: () => {},
+        onExit: () => {},
+        onClosed: () => {}
+      }))
+      assert.strictEqual(failed._tag, "SpawnFailed")
+    }))
+})
