@@ -1,4 +1,3 @@
-#!/usr/bin/env node
 // Spawn latency of `true` and throughput of `head -c 1G /dev/zero` through the host backend's
 // agent (kt-agent over its framed stdio protocol), side by side with bare child_process.spawn.
 // Run after `npm run build` (uses dist/), or without a build: `npx vite-node bench/agent-spawn.mjs`.
@@ -7,17 +6,12 @@ import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Exit, Scope } from "effect"
+import { Effect, Exit, Scope, Stream } from "effect"
 
-const load = async () => {
-  try {
-    return await import("../dist/src/layers/backends/AgentClient.js")
-  } catch {
-    return await import("../src/layers/backends/AgentClient.ts")
-  }
-}
-const AgentClient = await load()
-const { locate } = await import("../src/layers/backends/NativeBinaries.ts").catch(() => import("../dist/src/layers/backends/NativeBinaries.js"))
+const load = (built, source) => built().catch(source)
+const AgentClient = await load(() => import("../dist/src/layers/backends/AgentClient.js"), () => import("../src/layers/backends/AgentClient.ts"))
+const HostBackend = await load(() => import("../dist/src/layers/backends/HostBackend.js"), () => import("../src/layers/backends/HostBackend.ts"))
+const { locate } = await load(() => import("../dist/src/layers/backends/NativeBinaries.js"), () => import("../src/layers/backends/NativeBinaries.ts"))
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(name)
@@ -64,6 +58,17 @@ const bare = (argv, onData) =>
     child.on("close", (code) => resolve(code))
   })
 
+// The whole host backend (bwrap sandbox, Effect scopes, event Stream), as the runtime uses it.
+const computer = await Effect.runPromise(Scope.extend(
+  Effect.flatMap(HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" }), (backend) => backend.open({ id: "bench", temporary: true })),
+  scope
+))
+const viaBackend = (argv) =>
+  Effect.runPromise(Effect.scoped(Effect.flatMap(
+    computer.spawn({ argv, cwd: "/home/agent", env }),
+    (p) => p.events.pipe(Stream.runDrain)
+  )))
+
 const p50 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 const time = async (f) => {
   const t = process.hrtime.bigint()
@@ -71,16 +76,21 @@ const time = async (f) => {
   return Number(process.hrtime.bigint() - t) / 1e6
 }
 
-for (let i = 0; i < 20; i++) { await bare(["true"]); await viaAgent(["true"]) }
+for (let i = 0; i < 20; i++) { await bare(["true"]); await viaAgent(["true"]); await viaBackend(["true"]) }
 const agentTimes = []
 const bareTimes = []
+const backendTimes = []
 for (let i = 0; i < runs; i++) {
   bareTimes.push(await time(() => bare(["true"])))
   agentTimes.push(await time(() => viaAgent(["true"])))
+  backendTimes.push(await time(() => viaBackend(["true"])))
 }
 const a = p50(agentTimes)
 const b = p50(bareTimes)
-console.log(`spawn true (p50 of ${runs}): agent ${a.toFixed(3)} ms, bare child_process.spawn ${b.toFixed(3)} ms, ratio ${(a / b).toFixed(2)}x${sandbox ? " (agent in bwrap)" : ""}`)
+const h = p50(backendTimes)
+console.log(`spawn true (p50 of ${runs}): bare child_process.spawn ${b.toFixed(3)} ms`)
+console.log(`  AgentClient${sandbox ? " (agent in bwrap)" : ""}: ${a.toFixed(3)} ms, ratio ${(a / b).toFixed(2)}x`)
+console.log(`  HostBackend computer.spawn + events (bwrap): ${h.toFixed(3)} ms, ratio ${(h / b).toFixed(2)}x`)
 
 const throughput = async (run) => {
   let n = 0

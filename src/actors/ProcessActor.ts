@@ -93,9 +93,22 @@ export const make = (
     const startedAt = yield* Clock.currentTimeMillis
     const stdout = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
     const stderr = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
+    // Terminal answers to an app's queries (cursor position, device attributes) go back to its stdin.
+    const replies = yield* Queue.sliding<Uint8Array>(256)
     const screen = options.tty
-      ? new TerminalScreen({ cols: options.tty.cols, rows: options.tty.rows })
+      ? new TerminalScreen({
+        cols: options.tty.cols,
+        rows: options.tty.rows,
+        respond: (bytes) => Queue.unsafeOffer(replies, bytes)
+      })
       : undefined
+    if (screen) {
+      yield* Queue.take(replies).pipe(
+        Effect.flatMap((bytes) => Effect.ignore(process.write(bytes))),
+        Effect.forever,
+        Effect.forkScoped
+      )
+    }
     yield* Effect.addFinalizer(() => Effect.sync(() => screen?.dispose()))
 
     // Sliding: a slow subscriber loses old live chunks (they stay in the logs), the process never waits.

@@ -1,5 +1,5 @@
 import { Command, Options } from "@effect/cli"
-import { Config, Effect, LogLevel, Option } from "effect"
+import { Config, Effect, Logger, LogLevel, Option } from "effect"
 import { homedir } from "node:os"
 import { join } from "node:path"
 import { serverInfo, serveStdio } from "../layers/mcp/McpServer.js"
@@ -60,6 +60,7 @@ const options = {
     "unsafe-no-sandbox",
     "DANGEROUS: run host processes without bubblewrap isolation, with full access to your files"
   ),
+  bwrapPath: text("bwrap-path", "bubblewrap executable (default: found in /usr/bin, /usr/local/bin, /bin)"),
   spawnTimeoutMs: int("spawn-timeout-ms", defaultSettings.spawnTimeoutMs, "spawn: default wait before a process moves to the background, ms"),
   maxTimeoutMs: int("max-timeout-ms", defaultSettings.maxTimeoutMs, "spawn/wait: longest wait a call may ask for, ms"),
   maxFinished: int("max-finished", defaultSettings.maxFinished, "Finished processes kept listable (oldest evicted first)"),
@@ -120,6 +121,7 @@ export const toSettings = (parsed: Parsed) =>
       extendedToolInstruction: Option.getOrUndefined(parsed.extendedToolInstruction),
       stateDir,
       unsafeNoSandbox: parsed.unsafeNoSandbox,
+      bwrapPath: Option.getOrUndefined(parsed.bwrapPath),
       spawnTimeoutMs: Math.min(parsed.spawnTimeoutMs, parsed.maxTimeoutMs),
       maxTimeoutMs: parsed.maxTimeoutMs,
       maxFinished: parsed.maxFinished,
@@ -135,22 +137,16 @@ export const toSettings = (parsed: Parsed) =>
 
 const serve = (parsed: Parsed) =>
   Effect.gen(function*() {
-    const settings = yield* toSettings(parsed).pipe(
-      Effect.catchAll((message) => Effect.logError(message).pipe(Effect.zipRight(Effect.fail(message))))
-    )
+    const settings = yield* toSettings(parsed)
     if (settings.transport === "http") {
-      yield* Effect.logError("the HTTP transport is not available in this version; use --transport stdio")
-      return yield* Effect.fail("http transport unavailable")
+      return yield* Effect.fail("the HTTP transport is not available in this version; use --transport stdio")
     }
     if (settings.unsafeNoSandbox) {
       yield* Effect.logWarning("--unsafe-no-sandbox: processes run on this host WITHOUT isolation and can read and change your files")
     }
     yield* Effect.logInfo(`kilntainers ${serverInfo.version}: backend ${settings.backend}, transport stdio, state ${settings.stateDir}`)
-    yield* serveStdio.pipe(
-      Effect.provide(Main.layer(settings)),
-      Effect.tapErrorTag("BackendError", (error) => Effect.logError(error.message))
-    )
-  }).pipe(Effect.provide(Main.loggerLayer(levels[parsed.logLevel])))
+    yield* serveStdio.pipe(Effect.provide(Main.layer(settings)))
+  }).pipe(Logger.withMinimumLogLevel(levels[parsed.logLevel]))
 
 export const command = Command.make("kilntainers", options, serve).pipe(
   Command.withDescription(

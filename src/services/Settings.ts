@@ -14,6 +14,8 @@ export interface SettingsShape {
   readonly extendedToolInstruction: string | undefined
   readonly stateDir: string
   readonly unsafeNoSandbox: boolean
+  /** bubblewrap executable; found in the usual places when undefined. */
+  readonly bwrapPath: string | undefined
   /** spawn: default and maximum wait before a process goes to the background, ms. */
   readonly spawnTimeoutMs: number
   readonly maxTimeoutMs: number
@@ -43,6 +45,7 @@ export const defaultSettings: SettingsShape = {
   extendedToolInstruction: undefined,
   stateDir: ".kilntainers-state",
   unsafeNoSandbox: false,
+  bwrapPath: undefined,
   spawnTimeoutMs: 10_000,
   maxTimeoutMs: 60_000,
   maxFinished: 100,

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -107,6 +107,19 @@ describe("AgentClient (unsandboxed agent)", () => {
       for (let i = 0; i < 200 && !closed; i++) yield* Effect.sleep("10 millis")
       assert.deepStrictEqual(exits, [{ exitCode: null, signal: "SIGKILL" }])
       assert.isTrue(closed)
+      // The agent's direct children die with it (PR_SET_PDEATHSIG), even without a sandbox.
+      let left = ["x"]
+      for (let i = 0; i < 100 && left.length > 0; i++) {
+        left = readdirSync("/proc").filter((entry) => {
+          try {
+            return /^\d+$/.test(entry) && readFileSync(`/proc/${entry}/cmdline`, "utf8") === "sleep\0" + "306\0"
+          } catch {
+            return false
+          }
+        })
+        if (left.length > 0) yield* Effect.sleep("10 millis")
+      }
+      assert.deepStrictEqual(left, [])
       const error = yield* Effect.flip(client.spawn({ argv: ["true"], cwd: dir, env: {} }, {
         onStdout: () => {},
         onStderr: () => {},

@@ -1,0 +1,31 @@
+/**
+ * kilntainers as a library: compose a backend with the runtime and drive processes without MCP,
+ * or serve MCP from your own program.
+ */
+
+/** @category errors */
+export * from "./domain/Errors.js"
+/** @category models */
+export * from "./domain/Process.js"
+/** @category services */
+export * from "./services/Backend.js"
+/** @category services */
+export * from "./services/Computers.js"
+/** @category services */
+export * from "./services/Processes.js"
+/** @category services */
+export * from "./services/Settings.js"
+/** @category actors */
+export { OutputLog, truncateMiddle } from "./actors/OutputLog.js"
+/** @category actors */
+export { TerminalScreen } from "./actors/TerminalScreen.js"
+/** @category actors */
+export { parseStdinEscapes } from "./actors/StdinEscapes.js"
+/** @category layers */
+export * as HostBackend from "./layers/backends/HostBackend.js"
+/** @category layers */
+export * as Runtime from "./layers/Runtime.js"
+/** @category layers */
+export * as Kilntainers from "./layers/Main.js"
+/** @category layers */
+export * as McpServer from "./layers/mcp/McpServer.js"

@@ -1,0 +1,406 @@
+/**
+ * The host backend: a computer is a workspace directory on this machine,
+ * `<stateDir>/computers/<id>/home`, and its processes run in one bubblewrap sandbox per computer.
+ *
+ * The sandbox is set up once, when the computer opens: bwrap starts `kt-agent`, which then forks
+ * every process of the computer on request (see AgentClient.ts, native/kt-agent.c), so a spawn
+ * costs a fork+exec, not a new sandbox. TTY processes run on a node-pty terminal through
+ * `kt-exec`, which hands the terminal to the agent over `<computer>/run/agent.sock`.
+ *
+ * Sandbox layout (what a process sees):
+ *   /home/agent      the workspace, read-write; HOME and the default working directory
+ *   /usr             read-only; /bin /lib /lib64 /sbin (/lib32 /libx32) as on the host — symlinks
+ *                    into /usr on merged-usr systems, read-only binds otherwise
+ *   /etc             read-only, with /etc/shadow, /etc/gshadow (and their `-` backups) replaced by
+ *                    /dev/null and /etc/ssh, /etc/ssl/private hidden under empty tmpfs
+ *   /opt             read-only, when the host has it
+ *   /proc /dev       a new procfs (own pid namespace) and a minimal /dev with its own devpts
+ *   /tmp /var/tmp    private tmpfs
+ *   /run/kilntainers the computer's run directory (the agent's socket); /run/kt-agent the agent
+ *   nothing else: no /root, /home/*, /var, /srv, /mnt, /media, /sys, no host /run
+ * Namespaces: pid, ipc, uts (hostname = computer id), cgroup when possible, and net unless the
+ * network is on (then the host's network is shared). All capabilities are dropped (this matters
+ * when the server runs as root), the sandbox gets a new session (no TIOCSTI into the server's
+ * terminal) and dies with the server. The server's environment is never passed in: bwrap starts
+ * with an empty one and every process gets exactly `SpawnSpec.env`.
+ *
+ * `sandbox: "none"` runs the agent directly on the host (NOT isolated): cwd and HOME are the
+ * workspace directory itself.
+ */
+import { Effect, Layer, Queue, Stream, Take } from "effect"
+import { execFile } from "node:child_process"
+import { existsSync, lstatSync, readlinkSync } from "node:fs"
+import { mkdir, rm } from "node:fs/promises"
+import { join } from "node:path"
+import * as pty from "node-pty"
+import { BackendError, Unsupported } from "../../domain/Errors.js"
+import type {
+  BackendComputer,
+  BackendProcess,
+  Capabilities,
+  ComputerSpec,
+  ExitInfo,
+  ProcessEvent,
+  SpawnSpec
+} from "../../services/Backend.js"
+import { Backend } from "../../services/Backend.js"
+import * as AgentClient from "./AgentClient.js"
+import * as NativeBinaries from "./NativeBinaries.js"
+
+export interface HostBackendOptions {
+  /** Computers live in `<stateDir>/computers/<id>`. */
+  readonly stateDir: string
+  /** false → the sandbox has only a loopback interface. */
+  readonly network: boolean
+  /** "none" = explicit unsandboxed mode: processes run directly on the host, NOT isolated. */
+  readonly sandbox: "bwrap" | "none"
+  /** Path of bwrap; found in /usr/bin, /usr/local/bin or /bin when absent. */
+  readonly bwrap?: string | undefined
+}
+
+const NAME = "host"
+const SANDBOX_HOME = "/home/agent"
+const SANDBOX_RUN = "/run/kilntainers"
+const SANDBOX_AGENT = "/run/kt-agent"
+const TERMINATE_GRACE = "2 seconds"
+const COMPUTER_ID = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
+const MINIMAL_ENV = { PATH: "/usr/local/bin:/usr/bin:/bin" }
+
+const NO_SANDBOX_HINT = "or start with --unsafe-no-sandbox to run unsandboxed (NOT isolated)"
+
+/** The capabilities of the host backend. */
+export const capabilities: Capabilities = {
+  pty: true,
+  stdin: true,
+  signals: true,
+  restart: false,
+  factoryReset: false,
+  persistence: false,
+  files: true,
+  networkControl: false
+}
+
+const fail = (reason: string) => new BackendError({ backend: NAME, reason })
+
+const findBwrap = (configured: string | undefined): string | undefined =>
+  configured ?? ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"].find((path) => existsSync(path))
+
+/** bwrap arguments for the filesystem layout and namespaces, without the computer's own mounts. */
+export const sandboxArgs = (options: { readonly hostname: string; readonly network: boolean }): Array<string> => {
+  const args = ["--ro-bind", "/usr", "/usr"]
+  for (const name of ["bin", "lib", "lib64", "sbin", "lib32", "libx32"]) {
+    const path = `/${name}`
+    try {
+      const stat = lstatSync(path)
+      if (stat.isSymbolicLink()) args.push("--symlink", readlinkSync(path), path)
+      else if (stat.isDirectory()) args.push("--ro-bind", path, path)
+    } catch {
+      // absent on this host
+    }
+  }
+  args.push("--ro-bind", "/etc", "/etc")
+  for (const secret of ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"]) {
+    if (existsSync(secret)) args.push("--ro-bind", "/dev/null", secret)
+  }
+  for (const secretDir of ["/etc/ssh", "/etc/ssl/private"]) {
+    if (existsSync(secretDir)) args.push("--tmpfs", secretDir)
+  }
+  if (existsSync("/opt")) args.push("--ro-bind", "/opt", "/opt")
+  args.push(
+    "--proc", "/proc",
+    "--dev", "/dev",
+    "--tmpfs", "/tmp",
+    "--tmpfs", "/var/tmp",
+    "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    ...(options.network ? [] : ["--unshare-net"]),
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop", "ALL",
+    "--hostname", options.hostname,
+    "--clearenv"
+  )
+  return args
+}
+
+const run = (file: string, args: ReadonlyArray<string>) =>
+  Effect.async<{ readonly code: number | null; readonly stderr: string; readonly message: string; readonly notFound: boolean }>((resume) => {
+    const child = execFile(file, [...args], { env: MINIMAL_ENV, timeout: 20_000 }, (error, _stdout, stderr) => {
+      const code = error ? (typeof error.code === "number" ? error.code : null) : 0
+      resume(Effect.succeed({ code, stderr, message: error?.message ?? "", notFound: error?.code === "ENOENT" }))
+    })
+    return Effect.sync(() => child.kill("SIGKILL"))
+  })
+
+/** Runs a trivial sandbox once and explains how to fix the host when it does not work. */
+const checkBwrap = (bwrap: string | undefined, network: boolean) =>
+  Effect.gen(function*() {
+    if (bwrap === undefined) {
+      return yield* fail(
+        `bubblewrap (bwrap) is not installed, so processes cannot be isolated. Install it with 'sudo apt-get install bubblewrap' (dnf/pacman: package 'bubblewrap'), ${NO_SANDBOX_HINT}.`
+      )
+    }
+    const result = yield* run(bwrap, [...sandboxArgs({ hostname: "kilntainers-check", network }), "--", "true"])
+    if (result.notFound) {
+      return yield* fail(`bwrap was not found at ${bwrap}. Install it with 'sudo apt-get install bubblewrap', ${NO_SANDBOX_HINT}.`)
+    }
+    if (result.code === 0) return
+    const said = result.stderr.trim() || result.message || `exit code ${result.code}`
+    if (/namespace|uid map|Operation not permitted|Permission denied/i.test(said)) {
+      return yield* fail(
+        `bwrap cannot create a sandbox here (${said}). Unprivileged user namespaces are probably disabled: enable them with 'sudo sysctl -w kernel.unprivileged_userns_clone=1' (Debian) or 'sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0' (Ubuntu 23.10+), or allow them in the container runtime, ${NO_SANDBOX_HINT}.`
+      )
+    }
+    return yield* fail(`bwrap does not work on this host (${said}); ${NO_SANDBOX_HINT}.`)
+  })
+
+interface EventSink {
+  readonly events: Stream.Stream<ProcessEvent>
+  readonly data: (data: Uint8Array) => void
+  readonly stderr: (data: Uint8Array) => void
+  readonly exit: (exit: ExitInfo) => void
+  readonly end: () => void
+  readonly exited: () => boolean
+}
+
+/** Every event exactly once, buffered until read: Exit at most once, nothing after the end. */
+const makeSink = Effect.gen(function*() {
+  const queue = yield* Queue.unbounded<Take.Take<ProcessEvent>>()
+  let exited = false
+  let ended = false
+  const offer = (event: ProcessEvent) => {
+    if (!ended) Queue.unsafeOffer(queue, Take.of(event))
+  }
+  const sink: EventSink = {
+    events: Stream.fromQueue(queue).pipe(Stream.flattenTake),
+    data: (data) => offer({ _tag: "Stdout", data }),
+    stderr: (data) => offer({ _tag: "Stderr", data }),
+    exit: (exit) => {
+      if (exited) return
+      exited = true
+      offer({ _tag: "Exit", exit })
+    },
+    end: () => {
+      if (ended) return
+      if (!exited) sink.exit({ exitCode: null, signal: "SIGKILL" })
+      ended = true
+      Queue.unsafeOffer(queue, Take.end)
+    },
+    exited: () => exited
+  }
+  return sink
+})
+
+interface Computer {
+  readonly client: AgentClient.AgentClient
+  readonly binaries: NativeBinaries.NativeBinaries
+  /** The agent socket as seen from the host. */
+  readonly socket: string
+  readonly runDir: string
+}
+
+const killOnClose = (computer: Computer, id: number, sink: EventSink) =>
+  Effect.sync(() => {
+    if (computer.client.isOpen(id)) computer.client.signal(id, "SIGKILL")
+    // Also after CLOSED: a TTY process holds its terminal until released.
+    computer.client.release(id)
+    sink.end()
+  })
+
+const agentAlive = (computer: Computer) =>
+  Effect.suspend(() => {
+    const failure = computer.client.failure
+    return failure === undefined ? Effect.void : Effect.fail(fail(failure))
+  })
+
+const signalProcess = (computer: Computer, id: number) => (signal: string) =>
+  Effect.gen(function*() {
+    yield* agentAlive(computer)
+    if (!computer.client.signal(id, signal)) return yield* fail(`unknown signal '${signal}'`)
+  })
+
+const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
+  Effect.gen(function*() {
+    const sink = yield* makeSink
+    const { client } = computer
+    const { id, pid } = yield* Effect.acquireRelease(
+      client.spawn({ argv: spec.argv, cwd: spec.cwd, env: spec.env }, {
+        onStdout: sink.data,
+        onStderr: sink.stderr,
+        onExit: sink.exit,
+        onClosed: sink.end
+      }),
+      ({ id }) => killOnClose(computer, id, sink)
+    )
+    const process: BackendProcess = {
+      pid,
+      events: sink.events,
+      write: (data) => agentAlive(computer).pipe(Effect.andThen(() => client.write(id, data))),
+      closeStdin: agentAlive(computer).pipe(Effect.andThen(() => client.closeStdin(id))),
+      signal: signalProcess(computer, id),
+      resize: () => Effect.fail(new Unsupported({ backend: NAME, feature: "resize of a process without a TTY" }))
+    }
+    return process
+  })
+
+const spawnTty = (computer: Computer, spec: SpawnSpec, size: { readonly cols: number; readonly rows: number }) =>
+  Effect.gen(function*() {
+    const sink = yield* makeSink
+    const { client } = computer
+    let term: pty.IPty | undefined
+    let ptyDone = false
+    let started = false
+    let received = 0
+    let agentExit: { readonly exit: ExitInfo; readonly bytes: number } | undefined
+    let closedAt: number | undefined
+    let released = false
+    let early = ""
+    // The agent counts the bytes it relays to the terminal: Exit is emitted once that many arrived,
+    // and the terminal is released (kt-exec exits, the pty reaches EOF) once all of them arrived.
+    const settle = () => {
+      if (agentExit !== undefined && (received >= agentExit.bytes || ptyDone)) sink.exit(agentExit.exit)
+      if (closedAt !== undefined && (received >= closedAt || ptyDone)) {
+        if (!released) {
+          released = true
+          client.release(id)
+        }
+        sink.end()
+      }
+    }
+    let id = -1
+    const env = spec.env["TERM"] === undefined ? { ...spec.env, TERM: "xterm-256color" } : spec.env
+    const { pid } = yield* Effect.acquireRelease(
+      client.spawnTty({ argv: spec.argv, cwd: spec.cwd, env }, {
+        onStdout: sink.data,
+        onStderr: sink.stderr,
+        onExit: (exit, bytes) => {
+          agentExit = { exit, bytes: bytes ?? 0 }
+          settle()
+        },
+        onClosed: (bytes) => {
+          // Undefined: the agent died; nothing more will be relayed.
+          closedAt = bytes ?? 0
+          if (bytes === undefined) ptyDone = true
+          settle()
+        }
+      }, (agentId, nonce) => {
+        id = agentId
+        try {
+          term = pty.spawn(computer.binaries.exec, [computer.socket, String(id), nonce], {
+            name: env["TERM"] ?? "xterm-256color",
+            cols: size.cols,
+            rows: size.rows,
+            cwd: computer.runDir,
+            env: {},
+            encoding: null
+          })
+        } catch (error) {
+          client.abandon(id, `cannot open a terminal: ${String(error)}`)
+          return
+        }
+        term.onData((data) => {
+          const bytes = data as unknown as Buffer
+          if (!started) early += bytes.toString("utf8")
+          received += bytes.byteLength
+          sink.data(bytes)
+          settle()
+        })
+        term.onExit(() => {
+          ptyDone = true
+          client.abandon(id, `the terminal helper ended before the process started${early.trim() ? `: ${early.trim()}` : ""}`)
+          settle()
+        })
+      }),
+      () =>
+        Effect.sync(() => {
+          if (!ptyDone) term?.kill("SIGKILL")
+        }).pipe(Effect.andThen(killOnClose(computer, id, sink)))
+    )
+    started = true
+    const live = Effect.suspend(() =>
+      term === undefined || ptyDone ? Effect.fail(fail("the terminal is closed")) : agentAlive(computer).pipe(Effect.as(term))
+    )
+    const process: BackendProcess = {
+      pid,
+      events: sink.events,
+      write: (data) =>
+        live.pipe(Effect.andThen((t) => t.write(Buffer.from(data.buffer, data.byteOffset, data.byteLength)))),
+      closeStdin: live.pipe(Effect.andThen((t) => t.write("\x04"))),
+      signal: signalProcess(computer, id),
+      resize: (cols, rows) =>
+        Number.isInteger(cols) && Number.isInteger(rows) && cols > 0 && rows > 0 && cols <= 65535 && rows <= 65535
+          ? live.pipe(Effect.andThen((t) => t.resize(cols, rows)))
+          : Effect.fail(fail(`invalid terminal size ${cols}x${rows}`))
+    }
+    return process
+  })
+
+/** Ends every process of the computer: SIGTERM to each group, SIGKILL after a short grace. */
+const terminateAll = (client: AgentClient.AgentClient) =>
+  Effect.gen(function*() {
+    if (client.failure !== undefined || client.liveCount() === 0) {
+      client.signalAll("SIGKILL")
+      return
+    }
+    client.signalAll("SIGTERM")
+    // Finalizers are uninterruptible: the wait must be made interruptible or the timeout would hang.
+    yield* client.awaitIdle.pipe(Effect.interruptible, Effect.timeout(TERMINATE_GRACE), Effect.ignore)
+    client.signalAll("SIGKILL")
+  })
+
+const removeDir = (path: string) =>
+  Effect.tryPromise(() => rm(path, { recursive: true, force: true, maxRetries: 3 })).pipe(
+    Effect.catchAll((error) => Effect.logWarning(`host backend: cannot remove ${path}: ${String(error.error)}`))
+  )
+
+/** The host backend: bubblewrap sandboxes (or, explicitly, none) around workspace directories. */
+export const make = (options: HostBackendOptions) =>
+  Effect.gen(function*() {
+    const binaries = yield* NativeBinaries.locate(NAME)
+    const sandboxed = options.sandbox === "bwrap"
+    const bwrap = sandboxed ? findBwrap(options.bwrap) : undefined
+    if (sandboxed) yield* checkBwrap(bwrap, options.network)
+    else yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")
+
+    const open = (spec: ComputerSpec) =>
+      Effect.gen(function*() {
+        if (!COMPUTER_ID.test(spec.id)) return yield* fail(`invalid computer id '${spec.id}'`)
+        const computerDir = join(options.stateDir, "computers", spec.id)
+        const homeDir = join(computerDir, "home")
+        const runDir = join(computerDir, "run")
+        yield* Effect.tryPromise({
+          try: () => Promise.all([mkdir(homeDir, { recursive: true }), mkdir(runDir, { recursive: true })]),
+          catch: (error) => fail(`cannot create the workspace ${homeDir}: ${String(error)}`)
+        })
+        // Added first so it runs last, after the agent is gone.
+        if (spec.temporary) yield* Effect.addFinalizer(() => removeDir(computerDir))
+        const command: AgentClient.AgentCommand = sandboxed && bwrap !== undefined
+          ? {
+            file: bwrap,
+            args: [
+              ...sandboxArgs({ hostname: spec.id, network: options.network }),
+              "--bind", homeDir, SANDBOX_HOME,
+              "--bind", runDir, SANDBOX_RUN,
+              "--ro-bind", binaries.agent, SANDBOX_AGENT,
+              "--chdir", SANDBOX_HOME,
+              "--", SANDBOX_AGENT, "--socket", `${SANDBOX_RUN}/agent.sock`
+            ],
+            cwd: homeDir,
+            env: MINIMAL_ENV
+          }
+          : { file: binaries.agent, args: ["--socket", join(runDir, "agent.sock")], cwd: homeDir, env: MINIMAL_ENV }
+        const client = yield* AgentClient.make(NAME, command)
+        yield* Effect.addFinalizer(() => terminateAll(client))
+        const computer: Computer = { client, binaries, socket: join(runDir, "agent.sock"), runDir }
+        const backendComputer: BackendComputer = {
+          providerId: homeDir,
+          home: sandboxed ? SANDBOX_HOME : homeDir,
+          spawn: (spec) => (spec.tty ? spawnTty(computer, spec, spec.tty) : spawnPipes(computer, spec))
+        }
+        return backendComputer
+      })
+
+    return Backend.of({ name: NAME, capabilities, open })
+  })
+
+/** The host backend as a Layer; fails when the sandbox cannot work here, saying how to fix it. */
+export const layer = (options: HostBackendOptions): Layer.Layer<Backend, BackendError> => Layer.effect(Backend, make(options))

@@ -1,0 +1,214 @@
+import { afterAll, assert, beforeAll, it } from "vitest"
+import { existsSync } from "node:fs"
+import { binPath, type Harness, processesWith, startServer, waitFor } from "../support/McpHarness.js"
+import { bwrapWorks, describeIf } from "../support/Requirements.js"
+
+const toolNames = ["kill", "ps", "sandbox_exec", "spawn", "stdin", "stdout", "wait"]
+
+describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm run build)")("stdio MCP server end to end", () => {
+  let server: Harness
+
+  beforeAll(async () => {
+    server = await startServer()
+  })
+  afterAll(async () => {
+    await server?.client.close().catch(() => undefined)
+  })
+
+  it("lists every tool with input and output schemas and annotations", async () => {
+    const { tools } = await server.client.listTools()
+    assert.deepStrictEqual(tools.map((t) => t.name).sort(), toolNames)
+    for (const tool of tools) {
+      assert.strictEqual(tool.inputSchema.type, "object", tool.name)
+      assert.strictEqual(tool.outputSchema?.type, "object", tool.name)
+      assert.isBoolean(tool.annotations?.readOnlyHint, tool.name)
+      assert.isBoolean(tool.annotations?.destructiveHint, tool.name)
+      assert.isString(tool.description)
+    }
+    const ps = tools.find((t) => t.name === "ps")!
+    assert.isTrue(ps.annotations?.readOnlyHint)
+    const kill = tools.find((t) => t.name === "kill")!
+    assert.isTrue(kill.annotations?.destructiveHint)
+  })
+
+  it("sandbox_exec runs a command and reports stdout, stderr and exit code", async () => {
+    const result = await server.call("sandbox_exec", { command: "echo out; echo err >&2; exit 3" })
+    assert.isFalse(result.isError)
+    assert.strictEqual(result.structured.stdout, "out\n")
+    assert.strictEqual(result.structured.stderr, "err\n")
+    assert.strictEqual(result.structured.exit_code, 3)
+    assert.match(result.structured.computer_id, /^[a-z]+-[a-z]+-[0-9a-f]{4}$/)
+    assert.deepStrictEqual(JSON.parse(result.text), result.structured)
+  })
+
+  it("sandbox_exec takes args, stdin, working_directory and env", async () => {
+    const cat = await server.call("sandbox_exec", { args: ["cat"], stdin: "piped\n" })
+    assert.strictEqual(cat.structured.stdout, "piped\n")
+    const pwd = await server.call("sandbox_exec", { command: "pwd; echo $GREETING", working_directory: "/tmp", env: { GREETING: "hi" } })
+    assert.strictEqual(pwd.structured.stdout, "/tmp\nhi\n")
+  })
+
+  it("sandbox_exec kills on timeout with exit code 124 and keeps the partial output", async () => {
+    const result = await server.call("sandbox_exec", { command: "echo started; sleep 30", timeout: 1 })
+    assert.strictEqual(result.structured.exit_code, 124)
+    assert.isTrue(result.structured.timed_out)
+    assert.strictEqual(result.structured.stdout, "started\n")
+    assert.match(result.structured.stderr, /timed out after 1s/)
+  })
+
+  it("spawn returns exit code and output of a quick command, and running for a slow one", async () => {
+    const quick = await server.call("spawn", { command: "echo hello; exit 7" })
+    assert.strictEqual(quick.structured.status, "exited")
+    assert.strictEqual(quick.structured.exitCode, 7)
+    assert.strictEqual(quick.structured.stdout.text, "hello\n")
+
+    const slow = await server.call("spawn", { command: "echo begin; sleep 2; echo end", timeoutMs: 300 })
+    assert.strictEqual(slow.structured.status, "running")
+    assert.strictEqual(slow.structured.stdout.text, "begin\n")
+    const waited = await server.call("wait", { id: slow.structured.id, timeoutMs: 10_000 })
+    assert.strictEqual(waited.structured.reason, "exited")
+    assert.strictEqual(waited.structured.exitCode, 0)
+    const out = await server.call("stdout", { id: slow.structured.id, stdoutCursor: slow.structured.stdout.next })
+    assert.strictEqual(out.structured.stdout.text, "end\n")
+  })
+
+  it("stdin feeds a pipe and eof closes it", async () => {
+    const cat = await server.call("spawn", { command: "tr a-z A-Z", background: true })
+    const sent = await server.call("stdin", { id: cat.structured.id, input: "shout\\n", eof: true })
+    assert.strictEqual(sent.structured.bytes, 6)
+    const waited = await server.call("wait", { id: cat.structured.id, timeoutMs: 5_000 })
+    assert.strictEqual(waited.structured.exitCode, 0)
+    const out = await server.call("stdout", { id: cat.structured.id })
+    assert.strictEqual(out.structured.stdout.text, "SHOUT\n")
+  })
+
+  it("a TTY process renders its screen", async () => {
+    const repl = await server.call("spawn", { command: "python3 -q", tty: true, background: true })
+    const id = repl.structured.id
+    await server.call("wait", { id, pattern: ">>> ", timeoutMs: 10_000 })
+    await server.call("stdin", { id, input: "import os; print(os.isatty(0), 6*7)\\r" })
+    const matched = await server.call("wait", { id, pattern: "True 42", timeoutMs: 10_000 })
+    assert.strictEqual(matched.structured.reason, "matched")
+    const screen = await server.call("stdout", { id })
+    assert.match(screen.structured.screen.text, /True 42/)
+    await server.call("stdin", { id, input: "", eof: true })
+    const done = await server.call("wait", { id, timeoutMs: 10_000 })
+    assert.strictEqual(done.structured.reason, "exited")
+  })
+
+  it("ps lists processes and kill signals the whole group", async () => {
+    const marker = `kt-e2e-kill-${process.pid}`
+    const tree = await server.call("spawn", { command: `sleep 301 & sleep 302; : ${marker}`, background: true })
+    const listed = await server.call("ps", {})
+    assert.isTrue(listed.structured.processes.some((p: any) => p.id === tree.structured.id && p.status === "running"))
+    const killed = await server.call("kill", { id: tree.structured.id })
+    assert.strictEqual(killed.structured.signal, "SIGTERM")
+    assert.strictEqual(killed.structured.status, "killed")
+    assert.isTrue(await waitFor(async () => (await processesWith("sleep 301")).length === 0))
+  })
+
+  it("bad input gets a clear error, never a crash", async () => {
+    const unknownId = await server.call("stdout", { id: "p99999" })
+    assert.isTrue(unknownId.isError)
+    assert.match(unknownId.text, /no process with id 'p99999'/)
+    const wrongType = await server.call("spawn", { command: "true", timeoutMs: "soon" })
+    assert.isTrue(wrongType.isError)
+    assert.match(wrongType.text, /timeoutMs/)
+    const outOfRange = await server.call("spawn", { command: "true", tty: true, cols: 5000 })
+    assert.isTrue(outOfRange.isError)
+    assert.match(outOfRange.text, /cols/)
+    const missing = await server.call("spawn", {})
+    assert.isTrue(missing.isError)
+    const finished = await server.call("spawn", { command: "true" })
+    const killFinished = await server.call("kill", { id: finished.structured.id })
+    assert.isTrue(killFinished.isError)
+    assert.match(killFinished.text, /already finished/)
+    const badSignal = await server.call("kill", { id: finished.structured.id, signal: "SIGWHAT" })
+    assert.isTrue(badSignal.isError)
+    const badEscape = await server.call("stdin", { id: finished.structured.id, input: "\\q" })
+    assert.isTrue(badEscape.isError)
+    const unknownTool = await server.call("no_such_tool", {})
+    assert.isTrue(unknownTool.isError)
+    // the server still answers
+    const alive = await server.call("ps", {})
+    assert.isFalse(alive.isError)
+  })
+
+  it("sends progress notifications while a call waits", async () => {
+    const progress: Array<unknown> = []
+    const result = await server.call("spawn", { command: "sleep 2.5", timeoutMs: 5_000 }, { onprogress: (p) => progress.push(p) })
+    assert.strictEqual(result.structured.status, "exited")
+    assert.isAtLeast(progress.length, 1)
+  })
+
+  it("a cancelled wait ends the wait, not the process", async () => {
+    const proc = await server.call("spawn", { command: "sleep 30", background: true })
+    const controller = new AbortController()
+    const pending = server.call("wait", { id: proc.structured.id, timeoutMs: 30_000 }, { signal: controller.signal })
+    setTimeout(() => controller.abort(), 300)
+    const outcome = await pending.then(() => "resolved", () => "rejected")
+    assert.strictEqual(outcome, "rejected")
+    const ps = await server.call("ps", { status: "running" })
+    assert.isTrue(ps.structured.processes.some((p: any) => p.id === proc.structured.id))
+    await server.call("kill", { id: proc.structured.id, signal: "SIGKILL" })
+  })
+
+  it("nothing but the protocol goes to stdout, and logs go to stderr", () => {
+    // Every message the client parsed was valid JSON-RPC (else the calls above would fail);
+    // the startup log line is on stderr.
+    assert.match(server.stderr(), /kilntainers/)
+  })
+})
+
+describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm run build)")("stdio shutdown", () => {
+  it("ends every process when stdin closes and leaves nothing behind", async () => {
+    const server = await startServer()
+    const marker = `kt-e2e-eof-${process.pid}`
+    await server.call("spawn", { command: `sleep 303; : ${marker}`, background: true })
+    await server.call("spawn", { command: `trap '' TERM; sleep 304; : ${marker}`, background: true })
+    await server.call("spawn", { command: `sleep 305; : ${marker}`, tty: true, background: true })
+    assert.isAtLeast((await processesWith(marker)).length, 3)
+    const pid = server.pid!
+    await server.client.close()
+    assert.isTrue(await waitFor(() => {
+      try {
+        process.kill(pid, 0)
+        return false
+      } catch {
+        return true
+      }
+    }, 15_000), "the server exits after stdin closes")
+    assert.isTrue(await waitFor(async () => (await processesWith(marker)).length === 0, 5_000))
+  })
+
+  it("ends every process on SIGTERM", async () => {
+    const server = await startServer()
+    const marker = `kt-e2e-term-${process.pid}`
+    await server.call("spawn", { command: `sleep 306; : ${marker}`, background: true })
+    const pid = server.pid!
+    process.kill(pid, "SIGTERM")
+    assert.isTrue(await waitFor(() => {
+      try {
+        process.kill(pid, 0)
+        return false
+      } catch {
+        return true
+      }
+    }, 15_000))
+    assert.isTrue(await waitFor(async () => (await processesWith(marker)).length === 0, 5_000))
+  })
+
+  it("refuses to start when the sandbox cannot be set up, saying how to fix it", async () => {
+    const { spawnSync } = await import("node:child_process")
+    const result = spawnSync(process.execPath, [binPath, "--bwrap-path", "/nonexistent/bwrap"], {
+      input: "",
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: "/tmp" },
+      encoding: "utf8",
+      timeout: 20_000
+    })
+    assert.notStrictEqual(result.status, 0)
+    assert.strictEqual(result.stdout, "")
+    assert.match(result.stderr, /bubblewrap|bwrap/)
+    assert.match(result.stderr, /--unsafe-no-sandbox/)
+  })
+})

@@ -1,0 +1,77 @@
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+export const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..")
+export const binPath = join(root, "dist", "src", "cli", "bin.js")
+
+export interface Harness {
+  readonly client: Client
+  readonly transport: StdioClientTransport
+  readonly stderr: () => string
+  readonly pid: number | null
+  readonly stateDir: string
+  readonly call: (name: string, args: Record<string, unknown>, options?: { signal?: AbortSignal; onprogress?: (p: unknown) => void }) => Promise<ToolResult>
+}
+
+export interface ToolResult {
+  readonly isError: boolean
+  readonly text: string
+  readonly structured: any
+}
+
+/** Starts the built CLI as a stdio MCP server and connects the SDK's Client to it. */
+export const startServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}): Promise<Harness> => {
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-e2e-"))
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [binPath, "--state-dir", stateDir, ...args],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
+    stderr: "pipe"
+  })
+  let stderr = ""
+  transport.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
+  const client = new Client({ name: "kilntainers-test", version: "1.0.0" })
+  await client.connect(transport)
+  const call: Harness["call"] = async (name, args, options) => {
+    const result = await client.request(
+      { method: "tools/call", params: { name, arguments: args } },
+      CallToolResultSchema,
+      { timeout: 120_000, ...(options?.signal ? { signal: options.signal } : {}), ...(options?.onprogress ? { onprogress: options.onprogress } : {}) }
+    )
+    const text = result.content.map((c) => (c.type === "text" ? c.text : "")).join("")
+    return { isError: result.isError === true, text, structured: result.structuredContent }
+  }
+  return { client, transport, stderr: () => stderr, pid: transport.pid, stateDir, call }
+}
+
+/** Host processes whose command line contains the marker (ours and their children). */
+export const processesWith = async (marker: string): Promise<Array<number>> => {
+  const { readdirSync, readFileSync } = await import("node:fs")
+  const found: Array<number> = []
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replace(/\0/g, " ")
+      if (cmdline.includes(marker)) found.push(Number(entry))
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return found
+}
+
+export const waitFor = async (check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<boolean> => {
+  const end = Date.now() + timeoutMs
+  while (Date.now() < end) {
+    if (await check()) return true
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return check()
+}
