@@ -1,7 +1,7 @@
 import tseslint from "typescript-eslint"
 
 export default tseslint.config(
-  { ignores: ["dist/**", "node_modules/**", "native/**", "**/*.mjs", "**/*.cjs"] },
+  { ignores: ["dist/**", "node_modules/**", "native/**"] },
   ...tseslint.configs.recommended,
   {
     rules: {
@@ -13,5 +13,5 @@ export default tseslint.config(
       "object-shorthand": "error"
     }
   },
-  { files: ["src/cli/**", "bench/**", "test/**"], rules: { "no-console": "off" } }
+  { files: ["src/cli/**", "bench/**", "test/**", "examples/**", "scripts/**"], rules: { "no-console": "off" } }
 )

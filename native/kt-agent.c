@@ -100,6 +100,11 @@ static uint32_t get32(const char *p) {
   return u[0] | (u[1] << 8) | (u[2] << 16) | ((uint32_t)u[3] << 24);
 }
 
+static void kill_all_and_exit(void) {
+  for (size_t k = 0; k < nprocs; k++) if (procs[k] && procs[k]->pid > 0) kill(-procs[k]->pid, SIGKILL);
+  _exit(0);
+}
+
 /* Frames to the server are written with blocking writes: the server always reads, and a slow
  * server slowing every child down is the backpressure we want. */
 static void send_frame(int type, uint32_t id, const void *a, size_t alen, const void *b, size_t blen) {
@@ -113,8 +118,7 @@ static void send_frame(int type, uint32_t id, const void *a, size_t alen, const 
     ssize_t w = writev(1, iov + i, n - i);
     if (w < 0) {
       if (errno == EINTR) continue;
-      for (size_t k = 0; k < nprocs; k++) if (procs[k] && procs[k]->pid > 0) kill(-procs[k]->pid, SIGKILL);
-      _exit(0); /* the server is gone */
+      kill_all_and_exit(); /* the server is gone */
     }
     while (i < n && (size_t)w >= iov[i].iov_len) { w -= iov[i].iov_len; i++; }
     if (i < n) { iov[i].iov_base = (char *)iov[i].iov_base + w; iov[i].iov_len -= w; }
@@ -490,8 +494,53 @@ static void finish_tty_output(struct proc *p) {
 }
 
 /* Reads one fd until EAGAIN (drain) or once (!drain). Returns 1 when it hit EOF. */
+static int use_splice = 1;
+
+static void write_all(const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t w = write(1, buf, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) kill_all_and_exit();
+    buf += w;
+    len -= w;
+  }
+}
+
+/*
+ * Forwards `len` bytes that are already waiting in a child's pipe as one frame, moving them with
+ * splice (no copy through this process) where the kernel allows it, read+write otherwise.
+ */
+static void forward_waiting(struct proc *p, int fd, int type, size_t len) {
+  char h[HDR];
+  put32(h, (uint32_t)len);
+  h[4] = (char)type;
+  put32(h + 5, p->id);
+  write_all(h, HDR);
+  while (len > 0) {
+    ssize_t n = -1;
+    if (use_splice) {
+      n = splice(fd, NULL, 1, NULL, len, SPLICE_F_MORE);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN) use_splice = 0;
+    }
+    if (n <= 0) {
+      n = read(fd, rbuf, len < sizeof rbuf ? len : sizeof rbuf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) kill_all_and_exit(); /* cannot happen: the bytes were counted in the pipe */
+      write_all(rbuf, n);
+    }
+    len -= n;
+  }
+}
+
 static int pump(struct proc *p, int *fd, int type, int drain) {
   for (;;) {
+    int waiting = 0;
+    if (use_splice && !p->tty && !p->released && ioctl(*fd, FIONREAD, &waiting) == 0 && waiting >= 32768) {
+      forward_waiting(p, *fd, type, (size_t)waiting);
+      if (!drain) return 0; /* level-triggered: come back after the other ready fds */
+      continue;
+    }
     ssize_t n = read(*fd, rbuf, sizeof rbuf);
     if (n > 0) {
       if (p->tty) {
@@ -503,7 +552,7 @@ static int pump(struct proc *p, int *fd, int type, int drain) {
       } else if (!p->released) {
         send_frame(type, p->id, rbuf, n, NULL, 0);
       }
-      if (!drain && (size_t)n < sizeof rbuf) return 0;
+      if (!drain) return 0;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

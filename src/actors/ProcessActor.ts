@@ -1,4 +1,4 @@
-import type { Scope } from "effect"
+import type { Scope , Chunk} from "effect"
 import { Clock, Deferred, Effect, Option, PubSub, Queue, Stream } from "effect"
 import {
   type BackendError,
@@ -154,28 +154,36 @@ export const make = (
         yield* options.onExit(yield* Deferred.await(self))
       })
 
-    const onEvent = (event: ProcessEvent): Effect.Effect<void> => {
-      switch (event._tag) {
-        case "Stdout":
-          stdout.append(event.data)
-          screen?.write(event.data)
-          return Effect.flatMap(Clock.currentTimeMillis, (now) => {
-            lastActivity = now
-            return publish(event)
-          })
-        case "Stderr":
-          stderr.append(event.data)
-          return Effect.flatMap(Clock.currentTimeMillis, (now) => {
-            lastActivity = now
-            return publish(event)
-          })
-        case "Exit":
-          return recordExit(event.exit)
-      }
-    }
+    // Output is handled a whole chunk of events at a time: storage and terminal synchronously, one
+    // clock read, and live publishing only while someone listens.
+    const onEvents = (events: Chunk.Chunk<ProcessEvent>): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        let pending: Array<LiveOutput> = []
+        const flush = Effect.gen(function*() {
+          if (pending.length === 0) return
+          lastActivity = yield* Clock.currentTimeMillis
+          if (subscribers > 0) yield* PubSub.publishAll(live, pending)
+          pending = []
+        })
+        for (const event of events) {
+          if (event._tag === "Exit") {
+            yield* flush
+            yield* recordExit(event.exit)
+            continue
+          }
+          if (event._tag === "Stdout") {
+            stdout.append(event.data)
+            screen?.write(event.data)
+          } else {
+            stderr.append(event.data)
+          }
+          pending.push(event)
+        }
+        yield* flush
+      })
 
     yield* process.events.pipe(
-      Stream.runForEach(onEvent),
+      Stream.runForEachChunk(onEvents),
       // A stream that ends without an Exit means the backend lost the process.
       Effect.zipRight(Effect.suspend(() => {
         if (exit === undefined) reason ??= "the backend lost the process"

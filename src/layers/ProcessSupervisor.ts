@@ -25,7 +25,7 @@ export const maxExecStdinBytes = 8 * 1024 * 1024
 export const defaultInlineBytes = 16 * 1024
 
 const encoder = new TextEncoder()
-// eslint-disable-next-line no-control-regex
+ 
 const ansi = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g
 const decoder = () => new TextDecoder("utf-8", { fatal: false })
 

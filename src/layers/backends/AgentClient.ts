@@ -473,6 +473,8 @@ export class AgentClient {
       this.exitWaiters.add(waiter)
       return Effect.sync(() => this.exitWaiters.delete(waiter))
     }).pipe(
+      // Runs in finalizers (uninterruptible): without this the timeout could not stop the wait.
+      Effect.interruptible,
       Effect.timeout("2 seconds"),
       Effect.catchAll(() => Effect.sync(() => this.child.kill("SIGKILL")))
     )

@@ -159,7 +159,6 @@ interface EventSink {
   readonly stderr: (data: Uint8Array) => void
   readonly exit: (exit: ExitInfo) => void
   readonly end: () => void
-  readonly exited: () => boolean
 }
 
 /** Every event exactly once, buffered until read: Exit at most once, nothing after the end. */
@@ -184,8 +183,7 @@ const makeSink = Effect.gen(function*() {
       if (!exited) sink.exit({ exitCode: null, signal: "SIGKILL" })
       ended = true
       Queue.unsafeOffer(queue, Take.end)
-    },
-    exited: () => exited
+    }
   }
   return sink
 })
@@ -361,8 +359,8 @@ export const make = (options: HostBackendOptions) =>
     if (sandboxed) yield* checkBwrap(bwrap, options.network)
     else yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")
 
-    const open = (spec: ComputerSpec) =>
-      Effect.gen(function*() {
+    const open = Effect.fn("HostBackend.open")(
+      function*(spec: ComputerSpec) {
         if (!COMPUTER_ID.test(spec.id)) return yield* fail(`invalid computer id '${spec.id}'`)
         const computerDir = join(options.stateDir, "computers", spec.id)
         const homeDir = join(computerDir, "home")
@@ -397,7 +395,8 @@ export const make = (options: HostBackendOptions) =>
           spawn: (spec) => (spec.tty ? spawnTty(computer, spec, spec.tty) : spawnPipes(computer, spec))
         }
         return backendComputer
-      })
+      }
+    )
 
     return Backend.of({ name: NAME, capabilities, open })
   })

@@ -94,6 +94,14 @@ describe("HostBackend", () => {
     assert.isTrue(hasBwrap || process.env.CI !== "true", "bwrap must be installed in CI (sudo apt-get install bubblewrap)")
   })
 
+  it.live("refuses to start without bwrap and says how to fix it", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(HostBackend.make({ stateDir, network: false, sandbox: "bwrap", bwrap: "/nonexistent/bwrap" }))
+      assert.strictEqual(error._tag, "BackendError")
+      assert.include(error.reason, "sudo apt-get install bubblewrap")
+      assert.include(error.reason, "--unsafe-no-sandbox")
+    }))
+
   describe.skipIf(!hasBwrap)("sandboxed (bwrap)", () => {
     it.scopedLive("reports the exit code of a process", () =>
       Effect.gen(function*() {

@@ -1,0 +1,116 @@
+// Benchmarks of the process runtime, each run side by side with its baseline in one invocation
+// (these machines are noisy: the ratios mean something, absolute times less).
+//   npm run bench            all
+//   node bench/run.mjs spawn  only the spawn round trip
+//   node bench/run.mjs output only the output throughput
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { spawn } from "node:child_process"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { Effect } from "effect"
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..")
+const bin = join(root, "dist", "src", "cli", "bin.js")
+const which = process.argv[2] ?? "all"
+
+const percentile = (values, p) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
+}
+const ms = (n) => `${n.toFixed(3)} ms`
+
+const bareSpawn = () =>
+  new Promise((resolve, reject) => {
+    const start = process.hrtime.bigint()
+    const child = spawn("true", [], { stdio: ["ignore", "pipe", "pipe"] })
+    child.on("error", reject)
+    child.on("close", () => resolve(Number(process.hrtime.bigint() - start) / 1e6))
+  })
+
+async function benchSpawn(rounds = 300) {
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-bench-"))
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [bin, "--state-dir", stateDir, "--log-level", "error"],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" },
+    stderr: "inherit"
+  })
+  const client = new Client({ name: "bench", version: "1" })
+  await client.connect(transport)
+  const viaMcp = async () => {
+    const start = process.hrtime.bigint()
+    const result = await client.callTool({ name: "spawn", arguments: { command: "true" } })
+    const elapsed = Number(process.hrtime.bigint() - start) / 1e6
+    if (result.isError || result.structuredContent?.exitCode !== 0) throw new Error(`spawn failed: ${JSON.stringify(result)}`)
+    return elapsed
+  }
+  for (let i = 0; i < 30; i++) {
+    await viaMcp()
+    await bareSpawn()
+  }
+  const mcp = []
+  const bare = []
+  for (let i = 0; i < rounds; i++) {
+    // interleaved, so both see the same machine
+    mcp.push(await viaMcp())
+    bare.push(await bareSpawn())
+  }
+  await client.close()
+  const p50 = percentile(mcp, 50) / percentile(bare, 50)
+  console.log(`spawn of \`true\`, ${rounds} rounds each`)
+  console.log(`  kilntainers (stdio MCP, host sandbox): p50 ${ms(percentile(mcp, 50))}  p99 ${ms(percentile(mcp, 99))}`)
+  console.log(`  bare child_process.spawn:              p50 ${ms(percentile(bare, 50))}  p99 ${ms(percentile(bare, 99))}`)
+  console.log(`  ratio p50 ${p50.toFixed(2)} (target <= 2.0)  p99 ${(percentile(mcp, 99) / percentile(bare, 99)).toFixed(2)}`)
+  return { p50 }
+}
+
+const timeShell = (script) =>
+  new Promise((resolve, reject) => {
+    const start = process.hrtime.bigint()
+    const child = spawn("sh", ["-c", script], { stdio: "ignore" })
+    child.on("error", reject)
+    child.on("close", (code) => code === 0 ? resolve(Number(process.hrtime.bigint() - start) / 1e6) : reject(new Error(`exit ${code}`)))
+  })
+
+async function benchOutput(bytes = 1024 ** 3, rounds = 3) {
+  const { HostBackend, Processes, Runtime, Settings } = await import(join(root, "dist", "src", "index.js"))
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-bench-"))
+  const layer = Runtime.layer(Settings.make({ stateDir }), HostBackend.layer({ stateDir, network: false, sandbox: "bwrap" }))
+  const command = `head -c ${bytes} /dev/zero`
+  const results = await Effect.runPromise(
+    Effect.gen(function*() {
+      const processes = yield* Processes
+      yield* processes.exec("bench", { command: "true" }) // warm: the computer exists
+      const runs = []
+      for (let i = 0; i < rounds; i++) {
+        const baseline = yield* Effect.promise(() => timeShell(`${command} | cat > /dev/null`))
+        global.gc?.()
+        const rssBefore = process.memoryUsage().rss
+        let peak = rssBefore
+        const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 10)
+        const start = process.hrtime.bigint()
+        const result = yield* processes.spawn("bench", { command, timeoutMs: 60_000 })
+        const elapsed = Number(process.hrtime.bigint() - start) / 1e6
+        clearInterval(sampler)
+        if (result.stdout.total !== bytes) throw new Error(`got ${result.stdout.total} bytes`)
+        runs.push({ runtime: elapsed, baseline, growth: (peak - rssBefore) / 1024 ** 2 })
+      }
+      return runs
+    }).pipe(Effect.provide(layer))
+  )
+  const best = (key) => Math.min(...results.map((r) => r[key]))
+  const ratio = best("runtime") / best("baseline")
+  const growth = Math.max(...results.map((r) => r.growth))
+  console.log(`output throughput: ${(bytes / 1024 ** 3).toFixed(2)} GiB from \`head -c\`, best of ${rounds}`)
+  console.log(`  kilntainers runtime (host sandbox, drained to OutputLog): ${ms(best("runtime"))}  (${(bytes / 1e6 / (best("runtime") / 1000)).toFixed(0)} MB/s)`)
+  console.log(`  baseline \`head -c | cat > /dev/null\`:                     ${ms(best("baseline"))}  (${(bytes / 1e6 / (best("baseline") / 1000)).toFixed(0)} MB/s)`)
+  console.log(`  ratio ${ratio.toFixed(2)} (target <= 3.0)  server RSS growth ${growth.toFixed(1)} MiB (target <= 64)`)
+  return { ratio, growth }
+}
+
+if (which === "all" || which === "spawn") await benchSpawn()
+if (which === "all" || which === "output") await benchOutput()
+process.exit(0)

@@ -1,0 +1,215 @@
+import { assert, it } from "@effect/vitest"
+import { Duration, Effect } from "effect"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import * as HostBackend from "../../src/layers/backends/HostBackend.js"
+import * as Runtime from "../../src/layers/Runtime.js"
+import { Processes } from "../../src/services/Processes.js"
+import { Settings, type SettingsShape } from "../../src/services/Settings.js"
+import { processesWith, waitFor } from "../support/McpHarness.js"
+import { bwrapWorks, describeIf } from "../support/Requirements.js"
+
+const runtime = (overrides: Partial<SettingsShape> = {}) => {
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-int-"))
+  const settings = Settings.make({ stateDir, ...overrides })
+  return Runtime.layer(settings, HostBackend.layer({ stateDir, network: settings.network, sandbox: "bwrap" }))
+}
+
+const withProcesses = <A, E>(
+  body: (processes: Processes["Type"]) => Effect.Effect<A, E>,
+  overrides: Partial<SettingsShape> = {}
+) => Effect.flatMap(Processes, body).pipe(Effect.provide(runtime(overrides)))
+
+const waitUntil = (processes: Processes["Type"], id: string, pattern: string, timeoutMs = 10_000) =>
+  Effect.gen(function*() {
+    const result = yield* processes.wait({ id, pattern, timeoutMs })
+    assert.strictEqual(result.reason, "matched", `waiting for /${pattern}/ in ${id}`)
+  })
+
+describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
+  it.live("exit codes and the stderr of a process that fails within milliseconds", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const ok = yield* processes.spawn("t", { command: "exit 0" })
+        assert.strictEqual(ok.exitCode, 0)
+        const failed = yield* processes.spawn("t", { command: "echo 'fatal: no such thing' >&2; exit 128" })
+        assert.strictEqual(failed.status, "exited")
+        assert.strictEqual(failed.exitCode, 128)
+        assert.strictEqual(failed.stderr.text, "fatal: no such thing\n")
+        const missing = yield* processes.spawn("t", { command: "definitely-not-a-command" })
+        assert.strictEqual(missing.exitCode, 127)
+        assert.match(missing.stderr.text, /not found/)
+        // still readable later, from ps and stdout
+        const read = yield* processes.read(failed.id, {})
+        assert.strictEqual(read.stderr.text, "fatal: no such thing\n")
+      })
+    ))
+
+  it.live("a python REPL on a TTY, driven through stdin and read through stdout", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const { id } = yield* processes.spawn("t", { command: "python3 -q", tty: true, background: true })
+        yield* waitUntil(processes, id, ">>> ")
+        yield* processes.stdin(id, "x = 6 * 7\\r", false)
+        yield* processes.stdin(id, "print(f'answer={x}')\\r", false)
+        yield* waitUntil(processes, id, "answer=42")
+        const view = yield* processes.read(id, {})
+        assert.match(view.screen!.text, /^>>> x = 6 \* 7$/m)
+        assert.match(view.screen!.text, /^answer=42$/m)
+        assert.isFalse(view.screen!.alternateScreen)
+        yield* processes.stdin(id, "exit()\\r", false)
+        const done = yield* processes.wait({ id, timeoutMs: 10_000 })
+        assert.strictEqual(done.reason, "exited")
+        assert.strictEqual(done.exitCode, 0)
+      })
+    ))
+
+  it.live("less shows a long file on the alternate screen and quits with q", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        yield* processes.exec("t", { command: "seq 1 5000 > long.txt" })
+        const { id } = yield* processes.spawn("t", { command: "less long.txt", tty: true, background: true, rows: 20 })
+        yield* waitUntil(processes, id, "long\\.txt")
+        const first = yield* processes.read(id, {})
+        assert.isTrue(first.screen!.alternateScreen)
+        assert.match(first.screen!.text, /^1\n2\n3\n/)
+        yield* processes.stdin(id, " ", false)
+        yield* Effect.sleep(Duration.millis(300))
+        const paged = yield* processes.read(id, {})
+        assert.match(paged.screen!.text, /^20$/m)
+        yield* processes.stdin(id, "q", false)
+        const done = yield* processes.wait({ id, timeoutMs: 10_000 })
+        assert.strictEqual(done.reason, "exited")
+        assert.strictEqual(done.exitCode, 0)
+      })
+    ))
+
+  it.live("vim edits a file and writes it", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const { id } = yield* processes.spawn("t", { command: "vim -u NONE -N notes.txt", tty: true, background: true })
+        yield* waitUntil(processes, id, "notes\\.txt")
+        yield* processes.stdin(id, "ihello from vim\\e:wq\\r", false)
+        const done = yield* processes.wait({ id, timeoutMs: 10_000 })
+        assert.strictEqual(done.exitCode, 0)
+        const cat = yield* processes.exec("t", { command: "cat notes.txt" })
+        assert.strictEqual(cat.stdout, "hello from vim\n")
+      })
+    ))
+
+  it.live("kill reaches the whole tree: no sleep is left alive", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const { id } = yield* processes.spawn("t", { command: "sh -c 'sleep 300 & sleep 300'", background: true })
+        yield* Effect.sleep(Duration.millis(200))
+        const before = yield* Effect.promise(() => processesWith("sleep 300"))
+        assert.isAtLeast(before.length, 2)
+        const killed = yield* processes.kill(id)
+        assert.strictEqual(killed.status, "killed")
+        assert.strictEqual(killed.exitSignal, "SIGTERM")
+        const gone = yield* Effect.promise(() => waitFor(async () => (await processesWith("sleep 300")).length === 0))
+        assert.isTrue(gone, "both sleeps are gone")
+      })
+    ))
+
+  it.live("a flood of 200 MB of output keeps server memory bounded and counts every byte", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const before = process.memoryUsage().rss
+        let peak = before
+        const sampler = setInterval(() => {
+          peak = Math.max(peak, process.memoryUsage().rss)
+        }, 20)
+        const result = yield* processes.spawn("t", { command: "head -c 200000000 /dev/urandom", timeoutMs: 60_000 }).pipe(
+          Effect.ensuring(Effect.sync(() => clearInterval(sampler)))
+        )
+        assert.strictEqual(result.status, "exited")
+        assert.strictEqual(result.stdout.total, 200_000_000)
+        assert.isAtMost(result.stdout.text.length, 64 * 1024)
+        assert.isAbove(result.stdout.omitted, 199_000_000)
+        const growth = (peak - before) / (1024 * 1024)
+        assert.isBelow(growth, 128, `RSS grew by ${growth.toFixed(1)} MiB`)
+      })
+    ), 120_000)
+
+  it.live("100 concurrent background processes all finish with their output", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const started = yield* Effect.forEach(
+          Array.from({ length: 100 }, (_, i) => i),
+          (i) => processes.spawn("t", { command: `sleep 1; echo done-${i}`, background: true }),
+          { concurrency: "unbounded" }
+        )
+        const results = yield* Effect.forEach(started, ({ id }) => processes.wait({ id, timeoutMs: 30_000 }), { concurrency: "unbounded" })
+        assert.isTrue(results.every((r) => r.reason === "exited" && r.exitCode === 0))
+        const outputs = yield* Effect.forEach(started, ({ id }) => processes.read(id, {}))
+        assert.deepStrictEqual(outputs.map((o) => o.stdout.text), started.map((_, i) => `done-${i}\n`))
+      }), { maxFinished: 200 }), 60_000)
+
+  it.live("sandbox_exec keeps head and tail of output over the limit and marks the cut", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const result = yield* processes.exec("t", { command: "echo FIRST; head -c 300000 /dev/zero | tr '\\0' x; echo; echo LAST" })
+        assert.strictEqual(result.exit_code, 0)
+        assert.isTrue(result.truncated)
+        assert.isTrue(result.stdout.startsWith("FIRST\n"))
+        assert.isTrue(result.stdout.endsWith("LAST\n"))
+        assert.isAtMost(Buffer.byteLength(result.stdout), 100_000 + 200)
+        assert.match(result.stdout, /bytes omitted/)
+        assert.match(result.stderr, /over the 100000-byte limit/)
+        assert.strictEqual(result.stdout_bytes, 6 + 300_000 + 1 + 5)
+      }), { outputLimit: 100_000 }))
+
+  it.live("wait returns when output goes quiet", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const { id } = yield* processes.spawn("t", { command: "echo a; sleep 0.2; echo b; sleep 30", background: true })
+        const quiet = yield* processes.wait({ id, quietMs: 500, timeoutMs: 10_000 })
+        assert.strictEqual(quiet.reason, "quiet")
+        assert.isBelow(quiet.waitedMs, 5_000)
+        const out = yield* processes.read(id, {})
+        assert.strictEqual(out.stdout.text, "a\nb\n")
+        yield* processes.kill(id, "SIGKILL")
+      })
+    ))
+
+  it.live("non-TTY processes get the non-interactive environment and none of the server's", () =>
+    Effect.gen(function*() {
+      process.env.KT_SERVER_SECRET = "hunter2"
+      const result = yield* withProcesses((processes) => processes.exec("t", { command: "env" }))
+      delete process.env.KT_SERVER_SECRET
+      assert.notInclude(result.stdout, "hunter2")
+      assert.include(result.stdout, "PAGER=cat")
+      assert.include(result.stdout, "GIT_TERMINAL_PROMPT=0")
+      assert.include(result.stdout, "HOME=/home/agent")
+    }))
+})
+
+describeIf(bwrapWorks, "bubblewrap")("isolation", () => {
+  it.live("a sandboxed process cannot write outside its workspace", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        const marker = join(tmpdir(), `kt-escape-${process.pid}`)
+        writeFileSync(marker, "original")
+        const result = yield* processes.exec("t", {
+          command: `echo pwned > ${marker}; echo x > /usr/kt-x; echo x > /etc/kt-x; echo ok > /home/agent/inside; cat /home/agent/inside`
+        })
+        assert.include(result.stderr, "Read-only file system")
+        assert.strictEqual(result.stdout, "ok\n")
+        const { readFileSync, existsSync } = yield* Effect.promise(() => import("node:fs"))
+        assert.strictEqual(readFileSync(marker, "utf8"), "original")
+        assert.isFalse(existsSync("/usr/kt-x"))
+        assert.isFalse(existsSync("/etc/kt-x"))
+      })
+    ))
+
+  it.live("has no network unless --network", () =>
+    Effect.gen(function*() {
+      const offline = yield* withProcesses((processes) => processes.exec("t", { command: "cat /proc/net/dev | tail -n +3 | cut -d: -f1" }))
+      assert.deepStrictEqual(offline.stdout.trim().split(/\s+/), ["lo"])
+      const online = yield* withProcesses((processes) => processes.exec("t", { command: "cat /proc/net/dev | tail -n +3 | cut -d: -f1" }), { network: true })
+      assert.isAbove(online.stdout.trim().split(/\s+/).length, 1)
+    }))
+})
+
