@@ -34,7 +34,7 @@ async function benchSpawn(rounds = 300) {
   const stateDir = mkdtempSync(join(tmpdir(), "kt-bench-"))
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [bin, "--state-dir", stateDir, "--log-level", "error"],
+    args: [bin, "--backend", "host", "--state-dir", stateDir, "--log-level", "error"],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" },
     stderr: "inherit"
   })

@@ -1,10 +1,10 @@
 import type { Scope } from "effect"
-import { Clock, Deferred, Duration, Effect, Exit, FiberMap } from "effect"
-import type { BackendError, SpawnFailed } from "../domain/Errors.js"
-import type { BackendComputer, SpawnSpec } from "../services/Backend.js"
+import { Chunk, Clock, Deferred, Duration, Effect, Exit, FiberMap, Stream } from "effect"
+import { BackendError, type SpawnFailed, type Unsupported } from "../domain/Errors.js"
+import type { BackendComputer, ExitInfo, SpawnSpec } from "../services/Backend.js"
 import * as ProcessActor from "./ProcessActor.js"
 
-export type ComputerState = "running" | "closing" | "closed"
+export type ComputerState = "running" | "restarting" | "resetting" | "deleting" | "lost" | "closing" | "closed"
 
 export interface ProcessRequest {
   readonly id: string
@@ -16,7 +16,16 @@ export interface ProcessRequest {
   readonly onExit: (actor: ProcessActor.ProcessActor) => Effect.Effect<void>
 }
 
-/** A computer as an actor: its backend handle, its owners and its processes. */
+/** The whole result of a short helper command (file transfer), not listed as a process. */
+export interface RunResult {
+  readonly exit: ExitInfo
+  readonly stdout: Uint8Array
+  readonly stderr: string
+  /** stdout went past the limit asked for. */
+  readonly overflow: boolean
+}
+
+/** A computer as an actor: its backend handle, its lifecycle, its owners and its processes. */
 export interface ComputerActor {
   readonly id: string
   readonly temporary: boolean
@@ -26,10 +35,19 @@ export interface ComputerActor {
   readonly image: string
   readonly createdAt: number
   readonly state: Effect.Effect<ComputerState>
-  readonly owners: Set<string>
+  /** Why the computer was lost, once it was. */
+  readonly lostReason: Effect.Effect<string | undefined>
   /** Starts a process owned by this computer (not by the caller); returns once it runs. */
   readonly spawn: (request: ProcessRequest) => Effect.Effect<ProcessActor.ProcessActor, SpawnFailed | BackendError>
+  /** Runs a helper command to completion, stdin given, stdout kept up to `maxBytes`. */
+  readonly run: (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) => Effect.Effect<RunResult, SpawnFailed | BackendError>
   readonly liveProcesses: Effect.Effect<number>
+  /** Ends every process (SIGTERM, a grace, then kill), then restarts keeping the writable state. */
+  readonly restart: Effect.Effect<void, BackendError | Unsupported>
+  /** Ends every process, then recreates the computer from its base image. */
+  readonly factoryReset: Effect.Effect<void, BackendError | Unsupported>
+  /** Ends every process and removes the computer for good. */
+  readonly destroy: Effect.Effect<void, BackendError>
 }
 
 export interface ComputerActorOptions {
@@ -41,9 +59,8 @@ export interface ComputerActorOptions {
 
 /**
  * Runs a computer in the given Scope. Each process runs as a fiber of the computer's FiberMap, so
- * it belongs to the computer, never to the request that started it. Closing the Scope asks every
- * live process to stop (SIGTERM), waits a bounded grace, then interrupts them (the backend kills
- * what is left) and closes the backend computer.
+ * it belongs to the computer, never to the request that started it. Lifecycle operations are
+ * serialised by a one-permit semaphore; processes end first (ps says why), then the backend acts.
  */
 export const make = (
   backend: BackendComputer,
@@ -52,17 +69,17 @@ export const make = (
   Effect.gen(function*() {
     const createdAt = yield* Clock.currentTimeMillis
     let state: ComputerState = "running"
+    let lostReason: string | undefined
     const live = new Map<string, ProcessActor.ProcessActor>()
     const supervisor = yield* FiberMap.make<string>()
+    const lifecycle = yield* Effect.makeSemaphore(1)
 
-    yield* Effect.addFinalizer(() =>
+    /** SIGTERM to every live process, a bounded grace, then the supervisor kills the rest. */
+    const endProcesses = (reason: string) =>
       Effect.gen(function*() {
-        state = "closing"
         const actors = [...live.values()]
-        // Bounded: a process that ignores SIGTERM (or an actor that cannot take the message) is
-        // killed when the supervisor closes right after.
         yield* Effect.forEach(actors, (actor) =>
-          actor.noteReason(`computer ${options.id} closed`).pipe(
+          actor.noteReason(reason).pipe(
             Effect.zipRight(actor.signal("SIGTERM")),
             Effect.ignore,
             Effect.zipRight(actor.exited)
@@ -71,12 +88,45 @@ export const make = (
             Effect.interruptible,
             Effect.ignore
           )
+        yield* FiberMap.clear(supervisor)
+      })
+
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        if (state !== "lost") state = "closing"
+        yield* endProcesses(`computer ${options.id} closed`)
         state = "closed"
       })
     )
 
+    yield* backend.lost.pipe(
+      Effect.flatMap((why) =>
+        Effect.gen(function*() {
+          if (state === "closing" || state === "closed" || state === "deleting") return
+          lostReason = why
+          state = "lost"
+          yield* Effect.logWarning(`computer ${options.id} was lost: ${why}`)
+          yield* Effect.forEach([...live.values()], (actor) => actor.noteReason(`computer lost: ${why}`), { discard: true })
+          yield* FiberMap.clear(supervisor)
+        })
+      ),
+      Effect.forkScoped
+    )
+
+    const usable = Effect.suspend(() =>
+      state === "running"
+        ? Effect.void
+        : new BackendError({
+          backend: options.backendName,
+          reason: state === "lost"
+            ? `computer ${options.id} was lost (${lostReason}); restart or delete it`
+            : `computer ${options.id} is ${state}`
+        })
+    )
+
     const spawn = (request: ProcessRequest) =>
       Effect.gen(function*() {
+        yield* usable
         const started = yield* Deferred.make<ProcessActor.ProcessActor, SpawnFailed | BackendError>()
         const lifetime = Effect.gen(function*() {
           const process = yield* backend.spawn(request.spec)
@@ -107,6 +157,66 @@ export const make = (
         return yield* Deferred.await(started)
       })
 
+    const run = (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) =>
+      Effect.scoped(Effect.gen(function*() {
+        yield* usable
+        const process = yield* backend.spawn(spec)
+        if (stdin && stdin.length > 0) yield* process.write(stdin)
+        yield* process.closeStdin
+        const out: Array<Uint8Array> = []
+        let outBytes = 0
+        let overflow = false
+        let err = ""
+        const decoder = new TextDecoder()
+        let exit: ExitInfo = { exitCode: null, signal: "SIGKILL" }
+        yield* process.events.pipe(
+          Stream.runForEachChunk((events) =>
+            Effect.sync(() => {
+              for (const event of Chunk.toReadonlyArray(events)) {
+                if (event._tag === "Stdout") {
+                  const room = maxBytes - outBytes
+                  if (event.data.length > room) overflow = true
+                  const kept = event.data.subarray(0, Math.max(room, 0))
+                  if (kept.length > 0) out.push(Uint8Array.from(kept))
+                  outBytes += kept.length
+                } else if (event._tag === "Stderr") {
+                  if (err.length < 64 * 1024) err += decoder.decode(event.data, { stream: true })
+                } else {
+                  exit = event.exit
+                }
+              }
+            })
+          )
+        )
+        const stdout = new Uint8Array(outBytes)
+        let offset = 0
+        for (const piece of out) {
+          stdout.set(piece, offset)
+          offset += piece.length
+        }
+        return { exit, stdout, stderr: err, overflow }
+      }))
+
+    const lifecycleStep = <E>(
+      during: ComputerState,
+      reason: string,
+      act: Effect.Effect<void, E>
+    ): Effect.Effect<void, E> =>
+      lifecycle.withPermits(1)(
+        Effect.gen(function*() {
+          state = during
+          yield* endProcesses(reason)
+          yield* act.pipe(Effect.onExit((exit) =>
+            Effect.sync(() => {
+              if (during === "deleting") state = Exit.isSuccess(exit) ? "closed" : "lost"
+              else state = Exit.isSuccess(exit) ? "running" : "lost"
+              if (Exit.isFailure(exit)) lostReason = `${during.replace(/ing$/, "")} failed`
+              else lostReason = undefined
+            })
+          ))
+        })
+      )
+
     return {
       id: options.id,
       temporary: options.temporary,
@@ -116,10 +226,14 @@ export const make = (
       image: backend.image ?? options.backendName,
       createdAt,
       state: Effect.sync(() => state),
-      owners: new Set<string>(),
+      lostReason: Effect.sync(() => lostReason),
       spawn,
+      run,
       liveProcesses: Effect.forEach([...live.values()], (actor) => actor.status).pipe(
         Effect.map((statuses) => statuses.filter((status) => status === "running").length)
-      )
+      ),
+      restart: lifecycleStep("restarting", `computer ${options.id} restarted`, backend.restart),
+      factoryReset: lifecycleStep("resetting", `computer ${options.id} factory reset`, backend.factoryReset),
+      destroy: lifecycleStep("deleting", `computer ${options.id} deleted`, backend.destroy)
     }
   })

@@ -192,6 +192,15 @@ export const make = (
       Effect.ensuring(Deferred.succeed(closedDeferred, undefined)),
       Effect.forkScoped
     )
+    // Stopped from outside (computer restarted, deleted or closed) before it exited: the backend
+    // kills it with the scope, and the record says so.
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        if (exit !== undefined) return Effect.void
+        reason ??= "stopped by kilntainers"
+        return recordExit({ exitCode: null, signal: "SIGKILL" })
+      })
+    )
 
     const handle = (command: Command): Effect.Effect<void, CommandError> => {
       if (exit !== undefined) return new ProcessExited({ id: options.id, status: status() })

@@ -1,5 +1,6 @@
 import { Command, Options } from "@effect/cli"
 import { Config, Effect, Logger, LogLevel, Option } from "effect"
+import { randomUUID } from "node:crypto"
 import { homedir } from "node:os"
 import { join } from "node:path"
 import { serverInfo, serveStdio } from "../layers/mcp/McpServer.js"
@@ -35,10 +36,38 @@ const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
 )
 
 const options = {
-  backend: Options.choice("backend", ["host"]).pipe(
-    Options.withFallbackConfig(Config.literal("host")(env("backend"))),
-    Options.withDefault("host" as const),
-    Options.withDescription("Where computers run: host (a bubblewrap sandbox per computer) (env KILNTAINERS_BACKEND)")
+  backend: Options.choice("backend", ["auto", "host", "docker"]).pipe(
+    Options.withFallbackConfig(Config.literal("auto", "host", "docker")(env("backend"))),
+    Options.withDefault("auto" as const),
+    Options.withDescription(
+      "Where computers run: docker (a container per computer; also podman and remote engines), host (a bubblewrap " +
+        "sandbox per computer), or auto (default: docker when an engine answers, else host) (env KILNTAINERS_BACKEND)"
+    )
+  ),
+  engine: Options.choice("engine", ["docker", "podman"]).pipe(
+    Options.withFallbackConfig(Config.literal("docker", "podman")(env("engine"))),
+    Options.withDefault("docker" as const),
+    Options.withDescription("Container engine: docker, or podman through its Docker-compatible socket (env KILNTAINERS_ENGINE)")
+  ),
+  dockerHost: text("docker-host", "Engine address: unix:///path, tcp://host:port or ssh://user@host (default: the local socket)"),
+  image: Options.text("image").pipe(
+    Options.withFallbackConfig(Config.string(env("image"))),
+    Options.withDefault(defaultSettings.image),
+    Options.withDescription(`Docker image of new computers (default ${defaultSettings.image}; env ${env("image")})`)
+  ),
+  cpu: Options.float("cpu").pipe(
+    Options.withFallbackConfig(Config.number(env("cpu"))),
+    Options.optional,
+    Options.withDescription(`CPUs per container (default 1; env ${env("cpu")})`)
+  ),
+  memory: text("memory", "Memory per container, e.g. 512m or 2g (default 1g)"),
+  pidsLimit: int("pids-limit", defaultSettings.pidsLimit, "Most processes per container"),
+  dockerRunFlag: Options.text("docker-run-flag").pipe(
+    Options.repeated,
+    Options.withDescription(
+      "Extra container option in docker-run syntax, repeatable (supported: --cap-add, --env, --volume, --read-only, " +
+        "--tmpfs, --user, --shm-size, --ulimit, --add-host, --dns)"
+    )
   ),
   transport: Options.choice("transport", ["stdio", "http"]).pipe(
     Options.withFallbackConfig(Config.literal("stdio", "http")(env("transport"))),
@@ -105,6 +134,11 @@ export const toSettings = (parsed: Parsed) =>
     yield* positive("cols", parsed.cols, 2)
     yield* positive("rows", parsed.rows, 2)
     yield* positive("kill-grace-ms", parsed.killGraceMs, 0)
+    yield* positive("pids-limit", parsed.pidsLimit, 16)
+    if (Option.isSome(parsed.cpu) && !(parsed.cpu.value > 0)) return yield* Effect.fail("--cpu must be > 0")
+    if (Option.isSome(parsed.memory) && !/^\d+(\.\d+)?[bkmg]?$/i.test(parsed.memory.value)) {
+      return yield* Effect.fail("--memory must look like 512m or 2g")
+    }
     if (Option.isSome(parsed.toolInstructionOverride) && Option.isSome(parsed.extendedToolInstruction)) {
       return yield* Effect.fail("--tool-instruction-override and --extended-tool-instruction cannot be used together")
     }
@@ -112,6 +146,13 @@ export const toSettings = (parsed: Parsed) =>
     const settings: SettingsShape = {
       ...defaultSettings,
       backend: parsed.backend,
+      engine: parsed.engine,
+      dockerHost: Option.getOrUndefined(parsed.dockerHost),
+      image: parsed.image,
+      cpu: Option.getOrUndefined(parsed.cpu),
+      memory: Option.getOrUndefined(parsed.memory),
+      pidsLimit: parsed.pidsLimit,
+      dockerRunFlags: parsed.dockerRunFlag,
       transport: parsed.transport,
       timeout: parsed.timeout,
       outputLimit: parsed.outputLimit,
@@ -144,8 +185,9 @@ const serve = (parsed: Parsed) =>
     if (settings.unsafeNoSandbox) {
       yield* Effect.logWarning("--unsafe-no-sandbox: processes run on this host WITHOUT isolation and can read and change your files")
     }
-    yield* Effect.logInfo(`kilntainers ${serverInfo.version}: backend ${settings.backend}, transport stdio, state ${settings.stateDir}`)
-    yield* serveStdio.pipe(Effect.provide(Main.layer(settings)))
+    const instanceId = randomUUID()
+    yield* Effect.logInfo(`kilntainers ${serverInfo.version}: transport stdio, state ${settings.stateDir}, instance ${instanceId}`)
+    yield* serveStdio.pipe(Effect.provide(Main.layer(settings, instanceId)))
   }).pipe(Logger.withMinimumLogLevel(levels[parsed.logLevel]))
 
 export const command = Command.make("kilntainers", options, serve).pipe(

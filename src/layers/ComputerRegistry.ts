@@ -1,8 +1,8 @@
-import { Deferred, Effect, ExecutionStrategy, Exit, Layer, Scope } from "effect"
+import { Clock, Deferred, Effect, ExecutionStrategy, Exit, Layer, Scope } from "effect"
 import * as ComputerActor from "../actors/ComputerActor.js"
 import { computerIdPattern, generateComputerId } from "../domain/ComputerIds.js"
 import { type BackendError, ComputerNotFound, InvalidInput } from "../domain/Errors.js"
-import { Backend } from "../services/Backend.js"
+import { Backend, type ProviderComputer } from "../services/Backend.js"
 import { type ComputerInfo, type ComputerRequest, Computers } from "../services/Computers.js"
 import { Settings } from "../services/Settings.js"
 
@@ -13,6 +13,11 @@ interface Entry {
   readonly scope: Scope.CloseableScope
   readonly owners: Set<string>
 }
+
+const invalidId = (id: string) =>
+  new InvalidInput({
+    message: `computer_id '${id}' is not valid: use 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit`
+  })
 
 /**
  * The computers of one server. There is no lock around provider calls: an entry is claimed
@@ -38,24 +43,17 @@ export const layer = Layer.scoped(
       Effect.forEach([...entries.values()], close, { concurrency: "unbounded", discard: true })
     )
 
-    const create = (id: string, temporary: boolean, session: string) =>
+    const open = (id: string, temporary: boolean, session: string) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(root, ExecutionStrategy.sequential)
         const ready = yield* Deferred.make<ComputerActor.ComputerActor, BackendError>()
         const entry: Entry = { id, temporary, ready, scope, owners: new Set([session]) }
         entries.set(id, entry)
-        const build = backend.open({ id, temporary }).pipe(
+        yield* backend.open({ id, temporary }).pipe(
           Effect.flatMap((computer) =>
-            ComputerActor.make(computer, {
-              id,
-              temporary,
-              backendName: backend.name,
-              killGraceMs: settings.killGraceMs
-            })
+            ComputerActor.make(computer, { id, temporary, backendName: backend.name, killGraceMs: settings.killGraceMs })
           ),
-          Scope.extend(scope)
-        )
-        yield* build.pipe(
+          Scope.extend(scope),
           Effect.exit,
           Effect.flatMap((exit) =>
             Exit.isSuccess(exit)
@@ -67,79 +65,159 @@ export const layer = Layer.scoped(
         return entry
       })
 
-    const resolve = (session: string, request: ComputerRequest) =>
+    /** The attached computer of an entry; a lost one is replaced by a fresh open of the same id. */
+    const attach = (entry: Entry, session: string): Effect.Effect<ComputerActor.ComputerActor, BackendError> =>
       Effect.gen(function*() {
-        let id = request.computer_id
-        if (id === undefined || id === "") {
-          id = sessionDefaults.get(session)
-          if (id === undefined) {
-            id = yield* generateComputerId
-            while (entries.has(id)) id = yield* generateComputerId
-            sessionDefaults.set(session, id)
-          }
-        } else if (!computerIdPattern.test(id)) {
-          return yield* new InvalidInput({
-            message: `computer_id '${id}' is not valid: use 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit`
-          })
-        }
+        entry.owners.add(session)
+        const computer = yield* Deferred.await(entry.ready)
+        if ((yield* computer.state) !== "lost") return computer
+        yield* Effect.logInfo(`computer ${entry.id} was lost; opening it again`)
+        yield* close(entry)
+        const fresh = entries.get(entry.id) ?? (yield* open(entry.id, entry.temporary, session))
+        for (const owner of entry.owners) fresh.owners.add(owner)
+        return yield* Deferred.await(fresh.ready)
+      })
+
+    const checkTemporary = (entry: Entry, temporary: boolean | undefined) =>
+      temporary !== undefined && temporary !== entry.temporary
+        ? new InvalidInput({
+          message: `computer '${entry.id}' already exists as a ${entry.temporary ? "temporary" : "permanent"} computer; ` +
+            `ask for it with temporary=${entry.temporary} or choose another id`
+        })
+        : Effect.void
+
+    const freshId = Effect.gen(function*() {
+      let id = yield* generateComputerId
+      while (entries.has(id)) id = yield* generateComputerId
+      return id
+    })
+
+    const byId = (session: string, id: string, temporary: boolean | undefined) =>
+      Effect.gen(function*() {
+        if (!computerIdPattern.test(id)) return yield* invalidId(id)
         const existing = entries.get(id)
         if (existing) {
-          if (request.temporary !== undefined && request.temporary !== existing.temporary) {
-            return yield* new InvalidInput({
-              message: `computer '${id}' already exists as a ${existing.temporary ? "temporary" : "permanent"} computer; ` +
-                `ask for it with temporary=${existing.temporary} or choose another id`
-            })
-          }
-          existing.owners.add(session)
-          return yield* Deferred.await(existing.ready)
+          yield* checkTemporary(existing, temporary)
+          return yield* attach(existing, session)
         }
-        const entry = yield* create(id, request.temporary ?? true, session)
+        const entry = yield* open(id, temporary ?? true, session)
         return yield* Deferred.await(entry.ready)
       })
 
-    const get = (id: string) =>
-      Effect.suspend(() => {
-        const entry = entries.get(id)
-        return entry ? Deferred.await(entry.ready).pipe(Effect.mapError(() => new ComputerNotFound({ id }))) : new ComputerNotFound({ id })
+    const resolve = (session: string, request: ComputerRequest) =>
+      Effect.gen(function*() {
+        const requested = request.computer_id
+        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary)
+        let id = sessionDefaults.get(session)
+        if (id === undefined) {
+          id = yield* freshId
+          sessionDefaults.set(session, id)
+        }
+        return yield* byId(session, id, request.temporary)
       })
 
-    const info = (entry: Entry): Effect.Effect<ComputerInfo | undefined> =>
-      Deferred.poll(entry.ready).pipe(
-        Effect.flatMap((polled) =>
-          polled._tag === "None"
-            ? Effect.succeed({
-              computer_id: entry.id,
-              sandbox_id: "",
-              backend: backend.name,
-              state: "creating",
-              temporary: entry.temporary,
-              image: "",
-              created_at: new Date().toISOString(),
-              processes: 0
-            })
-            : polled.value.pipe(
-              Effect.flatMap((computer) =>
-                Effect.all([computer.state, computer.liveProcesses]).pipe(
-                  Effect.map(([state, processes]): ComputerInfo => ({
-                    computer_id: computer.id,
-                    sandbox_id: computer.providerId,
-                    backend: computer.backendName,
-                    state,
-                    temporary: computer.temporary,
-                    image: computer.image,
-                    created_at: new Date(computer.createdAt).toISOString(),
-                    processes
-                  }))
-                )
-              ),
-              Effect.orElseSucceed(() => undefined)
-            )
-        )
-      )
+    const create = (session: string, request: ComputerRequest) =>
+      Effect.gen(function*() {
+        const requested = request.computer_id
+        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary)
+        return yield* byId(session, yield* freshId, request.temporary)
+      })
 
-    const list = Effect.forEach([...entries.values()], info).pipe(
-      Effect.map((infos) => infos.filter((i): i is ComputerInfo => i !== undefined))
-    )
+    /** An attached computer, or one the provider still has (a permanent computer from an earlier run). */
+    const get = (session: string, id: string) =>
+      Effect.gen(function*() {
+        if (!computerIdPattern.test(id)) return yield* invalidId(id)
+        const existing = entries.get(id)
+        if (existing) return yield* attach(existing, session)
+        const known = (yield* backend.list).find((computer) => computer.id === id)
+        if (!known) return yield* new ComputerNotFound({ id })
+        const entry = yield* open(id, known.temporary, session)
+        return yield* Deferred.await(entry.ready)
+      })
+
+    const restart = (session: string, id: string) =>
+      Effect.gen(function*() {
+        const computer = yield* get(session, id)
+        if ((yield* computer.state) === "lost") {
+          const entry = entries.get(id)!
+          yield* close(entry)
+          const fresh = yield* open(id, entry.temporary, session)
+          return yield* Deferred.await(fresh.ready)
+        }
+        yield* computer.restart
+        return computer
+      })
+
+    const factoryReset = (session: string, id: string) =>
+      Effect.gen(function*() {
+        const computer = yield* get(session, id)
+        yield* computer.factoryReset
+        return computer
+      })
+
+    const remove = (session: string, id: string) =>
+      Effect.gen(function*() {
+        const computer = yield* get(session, id)
+        yield* computer.destroy
+        const entry = entries.get(id)
+        if (entry) yield* close(entry)
+        for (const [owner, defaultId] of sessionDefaults) if (defaultId === id) sessionDefaults.delete(owner)
+      })
+
+    const iso = (millis: number) => new Date(millis).toISOString()
+
+    const info = (entry: Entry): Effect.Effect<ComputerInfo | undefined> =>
+      Effect.gen(function*() {
+        const polled = yield* Deferred.poll(entry.ready)
+        if (polled._tag === "None") {
+          return {
+            computer_id: entry.id,
+            sandbox_id: "",
+            backend: backend.name,
+            state: "creating",
+            temporary: entry.temporary,
+            image: "",
+            created_at: iso(yield* Clock.currentTimeMillis),
+            processes: 0
+          }
+        }
+        const computer = yield* Effect.option(polled.value)
+        if (computer._tag === "None") return undefined
+        const c = computer.value
+        return {
+          computer_id: c.id,
+          sandbox_id: c.providerId,
+          backend: c.backendName,
+          state: yield* c.state,
+          temporary: c.temporary,
+          image: c.image,
+          created_at: iso(c.createdAt),
+          processes: yield* c.liveProcesses
+        }
+      })
+
+    const fromProvider = (computer: ProviderComputer): ComputerInfo => ({
+      computer_id: computer.id,
+      sandbox_id: computer.providerId,
+      backend: backend.name,
+      state: computer.state,
+      temporary: computer.temporary,
+      image: computer.image,
+      created_at: computer.createdAt,
+      processes: 0
+    })
+
+    const list = Effect.gen(function*() {
+      const attached = (yield* Effect.forEach([...entries.values()], info)).filter((i): i is ComputerInfo => i !== undefined)
+      const seen = new Set(attached.map((c) => c.computer_id))
+      const provider = yield* backend.list
+      // The provider's creation time is the computer's, not this server's attach time.
+      const created = new Map(provider.map((c) => [c.id, c.createdAt]))
+      return [
+        ...attached.map((c) => ({ ...c, created_at: created.get(c.computer_id) ?? c.created_at })),
+        ...provider.filter((c) => !seen.has(c.id)).map(fromProvider)
+      ]
+    })
 
     const release = (session: string) =>
       Effect.gen(function*() {
@@ -152,6 +230,6 @@ export const layer = Layer.scoped(
         yield* Effect.forEach(orphaned, close, { concurrency: "unbounded", discard: true })
       })
 
-    return Computers.of({ resolve, get, list, release })
+    return Computers.of({ resolve, create, get, restart, factoryReset, delete: remove, list, release })
   })
 )

@@ -55,7 +55,10 @@ export interface BackendProcess {
   readonly resize: (cols: number, rows: number) => Effect.Effect<void, BackendError | Unsupported>
 }
 
-/** A computer opened by a backend. Closing its Scope ends all of its processes. */
+/**
+ * A computer opened by a backend. Closing its Scope ends all of its processes and releases the
+ * computer: a temporary one is removed, a permanent one is left for a later `open`.
+ */
 export interface BackendComputer {
   /** The provider's id (container id, machine id, workspace path, …). */
   readonly providerId: string
@@ -64,6 +67,20 @@ export interface BackendComputer {
   /** The base image the computer was made from, when the backend has one. */
   readonly image?: string | undefined
   readonly spawn: (spec: SpawnSpec) => Effect.Effect<BackendProcess, SpawnFailed | BackendError, Scope.Scope>
+  /**
+   * Restart, keeping the writable state. The runtime has ended the computer's processes first;
+   * processes spawned before must not be touched afterwards.
+   */
+  readonly restart: Effect.Effect<void, BackendError | Unsupported>
+  /** Recreate from the base image recorded on the computer, erasing its state. */
+  readonly factoryReset: Effect.Effect<void, BackendError | Unsupported>
+  /** Remove the computer for good, temporary or not (closing the Scope afterwards must not fail). */
+  readonly destroy: Effect.Effect<void, BackendError>
+  /**
+   * Completes when the computer goes away other than through this handle (container removed
+   * from outside, agent killed), with a sentence saying what happened. Never fails.
+   */
+  readonly lost: Effect.Effect<string>
 }
 
 export interface ComputerSpec {
@@ -71,10 +88,27 @@ export interface ComputerSpec {
   readonly temporary: boolean
 }
 
+/** A computer the provider knows about, found by its labels/metadata. */
+export interface ProviderComputer {
+  readonly id: string
+  readonly temporary: boolean
+  readonly providerId: string
+  readonly image: string
+  /** ISO time. */
+  readonly createdAt: string
+  /** The provider's state (running, exited, stopped, …). */
+  readonly state: string
+}
+
 /** A place where computers run: host sandbox, Docker, a cloud, WASM. */
 export class Backend extends Context.Tag("kilntainers/services/Backend")<Backend, {
   readonly name: string
   readonly capabilities: Capabilities
-  /** Open (create or attach) a computer; it is closed with the Scope. */
+  /**
+   * Open a computer: attach to the provider's computer with this id if there is one (it must be
+   * ours, and its `temporary` must match), else create it. It is released with the Scope.
+   */
   readonly open: (spec: ComputerSpec) => Effect.Effect<BackendComputer, BackendError, Scope.Scope>
+  /** The computers of this backend the provider knows about (ours, by label). */
+  readonly list: Effect.Effect<ReadonlyArray<ProviderComputer>, BackendError>
 }>() {}

@@ -1,7 +1,7 @@
 import type { Effect } from "effect"
 import { Context, Schema } from "effect"
 import type { ComputerActor } from "../actors/ComputerActor.js"
-import type { BackendError, ComputerNotFound, InvalidInput } from "../domain/Errors.js"
+import type { BackendError, ComputerNotFound, InvalidInput, Unsupported } from "../domain/Errors.js"
 
 /** What `computer_list` shows of one computer. */
 export const ComputerInfo = Schema.Struct({
@@ -24,10 +24,17 @@ export interface ComputerRequest {
 
 /** The named computers of a server, and the sessions that hold them. */
 export class Computers extends Context.Tag("kilntainers/services/Computers")<Computers, {
-  /** The computer a session's call targets, created on first use. */
+  /** The computer a session's call targets, created (or re-attached) on first use. */
   readonly resolve: (session: string, request: ComputerRequest) => Effect.Effect<ComputerActor, InvalidInput | BackendError>
-  readonly get: (id: string) => Effect.Effect<ComputerActor, ComputerNotFound>
-  readonly list: Effect.Effect<ReadonlyArray<ComputerInfo>>
+  /** computer_create: create or attach by id; without an id, always a new computer. */
+  readonly create: (session: string, request: ComputerRequest) => Effect.Effect<ComputerActor, InvalidInput | BackendError>
+  /** An existing computer (attached, or known to the provider and attached now). */
+  readonly get: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError>
+  readonly restart: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError | Unsupported>
+  readonly factoryReset: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError | Unsupported>
+  readonly delete: (session: string, id: string) => Effect.Effect<void, ComputerNotFound | InvalidInput | BackendError>
+  /** Every computer: those in use here and those the provider keeps (permanent ones). */
+  readonly list: Effect.Effect<ReadonlyArray<ComputerInfo>, BackendError>
   /** A session ended: its temporary computers that nobody else holds are removed. */
   readonly release: (session: string) => Effect.Effect<void>
 }>() {}

@@ -2,7 +2,8 @@ import { Context } from "effect"
 
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
-  readonly backend: "host"
+  /** Where computers run; `auto` = docker when an engine answers, else host. */
+  readonly backend: "auto" | "host" | "docker"
   readonly transport: "stdio" | "http"
   /** sandbox_exec default timeout, seconds. */
   readonly timeout: number
@@ -32,10 +33,18 @@ export interface SettingsShape {
   readonly mailboxCapacity: number
   /** Extra environment given to every process (NAME=value from --env). */
   readonly env: Readonly<Record<string, string>>
+  /** Docker backend: engine flavour, engine address, base image and limits. */
+  readonly engine: "docker" | "podman"
+  readonly dockerHost: string | undefined
+  readonly image: string
+  readonly cpu: number | undefined
+  readonly memory: string | undefined
+  readonly pidsLimit: number
+  readonly dockerRunFlags: ReadonlyArray<string>
 }
 
 export const defaultSettings: SettingsShape = {
-  backend: "host",
+  backend: "auto",
   transport: "stdio",
   timeout: 120,
   outputLimit: 2 * 1024 * 1024,
@@ -55,7 +64,14 @@ export const defaultSettings: SettingsShape = {
   rows: 30,
   killGraceMs: 2_000,
   mailboxCapacity: 64,
-  env: {}
+  env: {},
+  engine: "docker",
+  dockerHost: undefined,
+  image: "debian:bookworm-slim",
+  cpu: undefined,
+  memory: undefined,
+  pidsLimit: 512,
+  dockerRunFlags: []
 }
 
 /** The server's settings, provided once at the composition root. */

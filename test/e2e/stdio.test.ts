@@ -9,7 +9,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
   let server: Harness
 
   beforeAll(async () => {
-    server = await startServer()
+    server = await startServer(["--backend", "host"])
   })
   afterAll(async () => {
     await server?.client.close().catch(() => undefined)
@@ -162,7 +162,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
 
 describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm run build)")("stdio shutdown", () => {
   it("ends every process when stdin closes and leaves nothing behind", async () => {
-    const server = await startServer()
+    const server = await startServer(["--backend", "host"])
     const marker = `kt-e2e-eof-${process.pid}`
     await server.call("spawn", { command: `sleep 303; : ${marker}`, background: true })
     await server.call("spawn", { command: `trap '' TERM; sleep 304; : ${marker}`, background: true })
@@ -182,7 +182,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
   })
 
   it("ends every process on SIGTERM", async () => {
-    const server = await startServer()
+    const server = await startServer(["--backend", "host"])
     const marker = `kt-e2e-term-${process.pid}`
     await server.call("spawn", { command: `sleep 306; : ${marker}`, background: true })
     const pid = server.pid!
@@ -200,7 +200,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
 
   it("refuses to start when the sandbox cannot be set up, saying how to fix it", async () => {
     const { spawnSync } = await import("node:child_process")
-    const result = spawnSync(process.execPath, [binPath, "--bwrap-path", "/nonexistent/bwrap"], {
+    const result = spawnSync(process.execPath, [binPath, "--backend", "host", "--bwrap-path", "/nonexistent/bwrap"], {
       input: "",
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: "/tmp" },
       encoding: "utf8",

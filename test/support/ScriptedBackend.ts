@@ -67,7 +67,17 @@ export const make = Effect.gen(function*() {
       files: false,
       networkControl: false
     },
-    open: (spec) => Effect.succeed({ providerId: `scripted-${spec.id}`, home: "/home/agent", spawn })
+    open: (spec) =>
+      Effect.succeed({
+        providerId: `scripted-${spec.id}`,
+        home: "/home/agent",
+        spawn,
+        restart: Effect.void,
+        factoryReset: Effect.void,
+        destroy: Effect.void,
+        lost: Effect.never
+      }),
+    list: Effect.succeed([])
   }))
   return { layer, spawned } as const
 })

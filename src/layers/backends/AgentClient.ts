@@ -202,7 +202,8 @@ export class AgentClient {
 
   private constructor(
     private readonly backend: string,
-    private readonly child: ChildProcessByStdio<Writable, Readable, Readable>
+    private readonly child: ChildProcessByStdio<Writable, Readable, Readable>,
+    private readonly onLost: ((reason: string) => void) | undefined
   ) {
     const decoder = new FrameDecoder({
       output: (type, id, data) => {
@@ -220,20 +221,20 @@ export class AgentClient {
     child.stdin.on("error", () => {})
     child.on("error", (error) => this.die(`cannot start the agent: ${error.message}`))
     child.on("close", (code, signal) => {
-      const how = signal ? `killed by ${signal}` : `exited with code ${code}`
+      const how = signal ? `was killed by ${signal}` : `exited with code ${code}`
       const detail = this.stderrTail.trim()
       this.die(`the computer's agent ${how}${detail ? `: ${detail}` : ""}`)
     })
   }
 
   /** Starts the agent process; see `ready`. */
-  static launch(backend: string, command: AgentCommand): AgentClient {
+  static launch(backend: string, command: AgentCommand, onLost?: (reason: string) => void): AgentClient {
     const child = spawnChild(command.file, [...command.args], {
       cwd: command.cwd,
       env: { ...command.env },
       stdio: ["pipe", "pipe", "pipe"]
     })
-    return new AgentClient(backend, child)
+    return new AgentClient(backend, child, onLost)
   }
 
   /** Succeeds once the agent reported READY; fails with the reason it did not (e.g. bwrap's message). */
@@ -307,6 +308,7 @@ export class AgentClient {
   private die(reason: string): void {
     if (this.dead !== undefined) return
     this.dead = this.closing ? "the computer was closed" : reason
+    if (!this.closing) this.onLost?.(reason)
     const waiter = this.readyWaiter
     this.readyWaiter = undefined
     waiter?.(reason)
@@ -481,12 +483,19 @@ export class AgentClient {
   })
 }
 
-/** Starts an agent that lives as long as the Scope; fails with the agent's own words when it cannot start. */
-export const make = (backend: string, command: AgentCommand): Effect.Effect<AgentClient, BackendError, Scope.Scope> =>
+/**
+ * Starts an agent that lives as long as the Scope; fails with the agent's own words when it cannot
+ * start. `onLost` is called when the agent dies other than through `shutdown` (killed from outside).
+ */
+export const make = (
+  backend: string,
+  command: AgentCommand,
+  onLost?: (reason: string) => void
+): Effect.Effect<AgentClient, BackendError, Scope.Scope> =>
   Effect.gen(function*() {
     const client = yield* Effect.acquireRelease(
       Effect.try({
-        try: () => AgentClient.launch(backend, command),
+        try: () => AgentClient.launch(backend, command, onLost),
         catch: (error) => new BackendError({ backend, reason: `cannot start the agent: ${String(error)}` })
       }),
       (client) => client.shutdown

@@ -27,11 +27,11 @@
  * `sandbox: "none"` runs the agent directly on the host (NOT isolated): cwd and HOME are the
  * workspace directory itself.
  */
-import { Effect, Layer, Queue, Stream, Take } from "effect"
+import { Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, Queue, Schema, Scope, Stream, Take } from "effect"
 import { execFile } from "node:child_process"
-import { existsSync, lstatSync, readlinkSync } from "node:fs"
-import { mkdir, rm } from "node:fs/promises"
-import { join } from "node:path"
+import { existsSync, lstatSync, readFileSync, readlinkSync } from "node:fs"
+import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises"
+import { join, resolve } from "node:path"
 import * as pty from "node-pty"
 import { BackendError, Unsupported } from "../../domain/Errors.js"
 import type {
@@ -41,6 +41,7 @@ import type {
   ComputerSpec,
   ExitInfo,
   ProcessEvent,
+  ProviderComputer,
   SpawnSpec
 } from "../../services/Backend.js"
 import { Backend } from "../../services/Backend.js"
@@ -59,6 +60,8 @@ export interface HostBackendOptions {
 }
 
 const NAME = "host"
+/** A host computer's base image: an empty home. */
+const IMAGE = "host"
 const SANDBOX_HOME = "/home/agent"
 const SANDBOX_RUN = "/run/kilntainers"
 const SANDBOX_AGENT = "/run/kt-agent"
@@ -73,9 +76,9 @@ export const capabilities: Capabilities = {
   pty: true,
   stdin: true,
   signals: true,
-  restart: false,
-  factoryReset: false,
-  persistence: false,
+  restart: true,
+  factoryReset: true,
+  persistence: true,
   files: true,
   networkControl: false
 }
@@ -350,6 +353,57 @@ const removeDir = (path: string) =>
     Effect.catchAll((error) => Effect.logWarning(`host backend: cannot remove ${path}: ${String(error.error)}`))
   )
 
+/** What `<computer>/computer.json` records. `owner` is the server that opened it last (a live one keeps it). */
+const Metadata = Schema.Struct({
+  id: Schema.String,
+  temporary: Schema.Boolean,
+  createdAt: Schema.String,
+  image: Schema.String,
+  owner: Schema.optional(Schema.Struct({ pid: Schema.Number, startTime: Schema.String }))
+})
+type Metadata = typeof Metadata.Type
+const decodeMetadata = Schema.decodeUnknownOption(Schema.parseJson(Metadata))
+const METADATA = "computer.json"
+
+/** Field 22 of /proc/<pid>/stat: tells a live process from a later one that reused its pid. */
+export const processStartTime = (pid: number): string | undefined => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
+  } catch {
+    return undefined
+  }
+}
+
+const ownerAlive = (owner: NonNullable<Metadata["owner"]>) => processStartTime(owner.pid) === owner.startTime
+
+const readMetadata = (computerDir: string) =>
+  Effect.promise(() => readFile(join(computerDir, METADATA), "utf8").catch(() => undefined)).pipe(
+    Effect.map((text) => (text === undefined ? Option.none<Metadata>() : decodeMetadata(text)))
+  )
+
+const writeMetadata = (computerDir: string, metadata: Metadata) =>
+  Effect.tryPromise({
+    try: async () => {
+      const tmp = join(computerDir, `.${METADATA}.${process.pid}`)
+      await writeFile(tmp, JSON.stringify(metadata) + "\n")
+      await rename(tmp, join(computerDir, METADATA))
+    },
+    catch: (error) => fail(`cannot record the computer in ${computerDir}: ${String(error)}`)
+  })
+
+/** Computer directories open in this process (a second agent would take over the first one's socket). */
+const openHere = new Set<string>()
+
+/** The running agent of a computer and the Scope it lives in (restart replaces both). */
+interface Agent {
+  readonly computer: Computer
+  readonly scope: Scope.CloseableScope
+  /** Set before a restart/destroy closes the scope: kill at once instead of SIGTERM + grace. */
+  immediate: boolean
+}
+
 /** The host backend: bubblewrap sandboxes (or, explicitly, none) around workspace directories. */
 export const make = (options: HostBackendOptions) =>
   Effect.gen(function*() {
@@ -359,18 +413,107 @@ export const make = (options: HostBackendOptions) =>
     if (sandboxed) yield* checkBwrap(bwrap, options.network)
     else yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")
 
+    const computersDir = resolve(options.stateDir, "computers")
+    const self = { pid: process.pid, startTime: processStartTime(process.pid) ?? "" }
+
+    const computerDirs = Effect.promise(() =>
+      readdir(computersDir, { withFileTypes: true }).then(
+        (entries) => entries.filter((entry) => entry.isDirectory() && COMPUTER_ID.test(entry.name)).map((entry) => entry.name),
+        () => []
+      )
+    )
+
+    // Temporary computers of servers that died without cleaning up (crash, SIGKILL).
+    for (const id of yield* computerDirs) {
+      const dir = join(computersDir, id)
+      const metadata = yield* readMetadata(dir)
+      if (Option.isNone(metadata) || !metadata.value.temporary) continue
+      const owner = metadata.value.owner
+      if (owner === undefined || ownerAlive(owner) || openHere.has(dir)) continue
+      yield* Effect.logInfo(`host backend: removing temporary computer '${id}' left behind by server pid ${owner.pid}`)
+      yield* removeDir(dir)
+    }
+
+    const list = Effect.gen(function*() {
+      const found: Array<ProviderComputer> = []
+      for (const id of yield* computerDirs) {
+        const dir = join(computersDir, id)
+        const metadata = yield* readMetadata(dir)
+        if (Option.isNone(metadata) || metadata.value.id !== id) continue
+        found.push({
+          id,
+          temporary: metadata.value.temporary,
+          providerId: join(dir, "home"),
+          image: metadata.value.image,
+          createdAt: metadata.value.createdAt,
+          state: openHere.has(dir) ? "running" : "stopped"
+        })
+      }
+      return found as ReadonlyArray<ProviderComputer>
+    })
+
+    /** Checks and records the computer in computer.json: a new one, or ours to re-attach. */
+    const attach = (spec: ComputerSpec, computerDir: string) =>
+      Effect.gen(function*() {
+        const existing = yield* readMetadata(computerDir)
+        if (Option.isSome(existing)) {
+          const recorded = existing.value
+          if (recorded.temporary !== spec.temporary) {
+            return yield* fail(
+              `computer '${spec.id}' exists and is ${recorded.temporary ? "temporary" : "permanent"}; open it with temporary: ${recorded.temporary}, or use another id`
+            )
+          }
+          const owner = recorded.owner
+          if (owner !== undefined && owner.pid !== self.pid && ownerAlive(owner)) {
+            return yield* fail(`computer '${spec.id}' is in use by another kilntainers server (pid ${owner.pid})`)
+          }
+        }
+        const createdAt = Option.isSome(existing) ? existing.value.createdAt : new Date().toISOString()
+        yield* Effect.tryPromise({
+          try: () => mkdir(join(computerDir, "run"), { recursive: true }),
+          catch: (error) => fail(`cannot create the computer directory ${computerDir}: ${String(error)}`)
+        })
+        const metadata: Metadata = { id: spec.id, temporary: spec.temporary, createdAt, image: IMAGE }
+        yield* writeMetadata(computerDir, { ...metadata, owner: self })
+        return metadata
+      })
+
+    const makeHome = (homeDir: string) =>
+      Effect.tryPromise({
+        try: () => mkdir(homeDir, { recursive: true }),
+        catch: (error) => fail(`cannot create the workspace ${homeDir}: ${String(error)}`)
+      })
+
     const open = Effect.fn("HostBackend.open")(
       function*(spec: ComputerSpec) {
         if (!COMPUTER_ID.test(spec.id)) return yield* fail(`invalid computer id '${spec.id}'`)
-        const computerDir = join(options.stateDir, "computers", spec.id)
+        const computerDir = join(computersDir, spec.id)
         const homeDir = join(computerDir, "home")
         const runDir = join(computerDir, "run")
-        yield* Effect.tryPromise({
-          try: () => Promise.all([mkdir(homeDir, { recursive: true }), mkdir(runDir, { recursive: true })]),
-          catch: (error) => fail(`cannot create the workspace ${homeDir}: ${String(error)}`)
-        })
-        // Added first so it runs last, after the agent is gone.
+        yield* Effect.acquireRelease(
+          Effect.suspend(() => {
+            if (openHere.has(computerDir)) return fail(`computer '${spec.id}' is already open`)
+            openHere.add(computerDir)
+            return Effect.void
+          }),
+          () => Effect.sync(() => openHere.delete(computerDir))
+        )
+        const metadata = yield* attach(spec, computerDir)
+        let destroyed = false
+        // Added before the agent so they run after the agent is gone.
         if (spec.temporary) yield* Effect.addFinalizer(() => removeDir(computerDir))
+        else {
+          // Released: another server may open it now.
+          yield* Effect.addFinalizer(() =>
+            destroyed ? Effect.void : writeMetadata(computerDir, metadata).pipe(Effect.ignore)
+          )
+        }
+        yield* makeHome(homeDir)
+
+        const parent = yield* Effect.scope
+        const lost = yield* Deferred.make<string>()
+        const onLost = (reason: string) =>
+          Deferred.unsafeDone(lost, Exit.succeed(`computer '${spec.id}' was lost: ${reason}`))
         const command: AgentClient.AgentCommand = sandboxed && bwrap !== undefined
           ? {
             file: bwrap,
@@ -386,19 +529,76 @@ export const make = (options: HostBackendOptions) =>
             env: MINIMAL_ENV
           }
           : { file: binaries.agent, args: ["--socket", join(runDir, "agent.sock")], cwd: homeDir, env: MINIMAL_ENV }
-        const client = yield* AgentClient.make(NAME, command)
-        yield* Effect.addFinalizer(() => terminateAll(client))
-        const computer: Computer = { client, binaries, socket: join(runDir, "agent.sock"), runDir }
+
+        const startAgent = Effect.gen(function*() {
+          const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
+          return yield* Effect.gen(function*() {
+            const client = yield* AgentClient.make(NAME, command, onLost)
+            const agent: Agent = {
+              computer: { client, binaries, socket: join(runDir, "agent.sock"), runDir },
+              scope,
+              immediate: false
+            }
+            yield* Effect.addFinalizer(() =>
+              agent.immediate ? Effect.sync(() => client.signalAll("SIGKILL")) : terminateAll(client)
+            )
+            return agent
+          }).pipe(
+            Scope.extend(scope),
+            Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
+          )
+        })
+
+        let agent = yield* startAgent
+        const stopAgent = Effect.suspend(() => {
+          agent.immediate = true
+          return Scope.close(agent.scope, Exit.void)
+        })
+        // restart, factoryReset and destroy one at a time.
+        const lifecycle = yield* Effect.makeSemaphore(1)
+        const usable = Effect.suspend(() => destroyed ? fail(`computer '${spec.id}' was destroyed`) : Effect.void)
+        const recreate = (erase: boolean) =>
+          lifecycle.withPermits(1)(Effect.gen(function*() {
+            yield* usable
+            yield* stopAgent
+            if (erase) {
+              yield* Effect.tryPromise({
+                try: () => rm(homeDir, { recursive: true, force: true, maxRetries: 3 }),
+                catch: (error) => fail(`cannot erase the workspace ${homeDir}: ${String(error)}`)
+              })
+            }
+            yield* makeHome(homeDir)
+            agent = yield* startAgent
+          }))
+
         const backendComputer: BackendComputer = {
           providerId: homeDir,
           home: sandboxed ? SANDBOX_HOME : homeDir,
-          spawn: (spec) => (spec.tty ? spawnTty(computer, spec, spec.tty) : spawnPipes(computer, spec))
+          image: IMAGE,
+          spawn: (spec) =>
+            Effect.suspend(() => {
+              if (destroyed) return fail(`the computer was destroyed`)
+              const { computer } = agent
+              return spec.tty ? spawnTty(computer, spec, spec.tty) : spawnPipes(computer, spec)
+            }),
+          restart: recreate(false),
+          factoryReset: recreate(true),
+          destroy: lifecycle.withPermits(1)(Effect.gen(function*() {
+            if (destroyed) return
+            destroyed = true
+            yield* stopAgent
+            yield* Effect.tryPromise({
+              try: () => rm(computerDir, { recursive: true, force: true, maxRetries: 3 }),
+              catch: (error) => fail(`cannot remove ${computerDir}: ${String(error)}`)
+            })
+          })),
+          lost: Deferred.await(lost)
         }
         return backendComputer
       }
     )
 
-    return Backend.of({ name: NAME, capabilities, open })
+    return Backend.of({ name: NAME, capabilities, open, list })
   })
 
 /** The host backend as a Layer; fails when the sandbox cannot work here, saying how to fix it. */

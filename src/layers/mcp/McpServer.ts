@@ -11,8 +11,10 @@ import {
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js"
 import { Cause, Deferred, Effect, Exit, ParseResult, Runtime, Schema } from "effect"
 import { Computers } from "../../services/Computers.js"
+import type { Files } from "../../services/Files.js"
 import type { Processes, ProgressReporter } from "../../services/Processes.js"
 import { Settings } from "../../services/Settings.js"
+import * as ComputerTools from "./ComputerTools.js"
 import * as ProcessTools from "./ProcessTools.js"
 import * as Tool from "./Tool.js"
 
@@ -28,10 +30,13 @@ const errorResult = (message: string): CallToolResult => ({ isError: true, conte
  */
 export const makeServer = Effect.gen(function*() {
   const settings = yield* Settings
-  const runtime = yield* Effect.runtime<Processes>()
+  const runtime = yield* Effect.runtime<Processes | Computers | Files>()
   const run = Runtime.runPromiseExit(runtime)
-  const tools = ProcessTools.make(settings)
-  const byName = new Map<string, Tool.Tool<any, any, Processes>>(tools.map((tool) => [tool.name, tool]))
+  const tools: ReadonlyArray<Tool.Tool<any, any, Processes | Computers | Files>> = [
+    ...ProcessTools.make(settings),
+    ...ComputerTools.make()
+  ]
+  const byName = new Map(tools.map((tool) => [tool.name, tool]))
   const listed = tools.map((tool) => ({
     name: tool.name,
     title: tool.annotations.title,

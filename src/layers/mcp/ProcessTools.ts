@@ -1,6 +1,7 @@
 import { Effect, Schema } from "effect"
 import { describeEscapes } from "../../actors/StdinEscapes.js"
 import { OutputView, ProcessInfo, ProcessStatus, ScreenView, StreamSlice } from "../../domain/Process.js"
+import { InvalidInput } from "../../domain/Errors.js"
 import { Processes } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as Tool from "./Tool.js"
@@ -17,6 +18,21 @@ const ComputerFields = {
   }))
 }
 const Id = Schema.String.annotations({ description: "Process id, as returned by spawn or ps" })
+const OnComputer = Schema.optional(Schema.String.annotations({
+  description: "The computer the process runs on (optional; checked when given)"
+}))
+
+/** A process tool's optional computer_id must name the process's computer. */
+const onComputer = (id: string, computerId: string | undefined) =>
+  computerId === undefined
+    ? Effect.void
+    : Effect.flatMap(Processes, (processes) => processes.get(id)).pipe(
+      Effect.flatMap((actor) =>
+        actor.computerId === computerId
+          ? Effect.void
+          : new InvalidInput({ message: `process '${id}' runs on computer '${actor.computerId}', not '${computerId}'` })
+      )
+    )
 const Int = Schema.Number.pipe(Schema.int())
 const NonNegativeInt = Int.pipe(Schema.greaterThanOrEqualTo(0))
 const Size = Int.pipe(Schema.between(2, 1000))
@@ -116,11 +132,15 @@ export const make = (settings: SettingsShape) => [
     input: Schema.Struct({
       id: Id,
       input: Schema.optionalWith(Schema.String.annotations({ description: "Text to send, with escapes" }), { default: () => "" }),
-      eof: Schema.optionalWith(Schema.Boolean.annotations({ description: "Close stdin after the input" }), { default: () => false })
+      eof: Schema.optionalWith(Schema.Boolean.annotations({ description: "Close stdin after the input" }), { default: () => false }),
+      computer_id: OnComputer
     }),
     output: Schema.Struct({ id: Schema.String, bytes: Schema.Number, eof: Schema.Boolean }),
     annotations: annotations("Send input", false, false, false),
-    handle: (input) => Effect.flatMap(Processes, (processes) => processes.stdin(input.id, input.input, input.eof))
+    handle: (input) =>
+      onComputer(input.id, input.computer_id).pipe(
+        Effect.zipRight(Effect.flatMap(Processes, (processes) => processes.stdin(input.id, input.input, input.eof)))
+      )
   }),
   Tool.make({
     name: "stdout",
@@ -134,19 +154,20 @@ export const make = (settings: SettingsShape) => [
       stdoutCursor: Schema.optional(NonNegativeInt.annotations({ description: "Read stdout from this byte offset" })),
       stderrCursor: Schema.optional(NonNegativeInt.annotations({ description: "Read stderr from this byte offset" })),
       maxBytes: MaxBytes,
-      scrollback: Schema.optional(Schema.Boolean.annotations({ description: "TTY: include lines that scrolled off the screen" }))
+      scrollback: Schema.optional(Schema.Boolean.annotations({ description: "TTY: include lines that scrolled off the screen" })),
+      computer_id: OnComputer
     }),
     output: ReadResult,
     annotations: annotations("Read output", true, false, true),
     handle: (input) =>
-      Effect.flatMap(Processes, (processes) =>
+      Effect.zipRight(onComputer(input.id, input.computer_id), Effect.flatMap(Processes, (processes) =>
         processes.read(input.id, {
           stdoutCursor: input.stdoutCursor,
           stderrCursor: input.stderrCursor,
           lines: input.lines ?? (input.stdoutCursor === undefined && input.stderrCursor === undefined ? 100 : undefined),
           maxBytes: input.maxBytes,
           scrollback: input.scrollback
-        }))
+        })))
   }),
   Tool.make({
     name: "kill",
@@ -154,7 +175,8 @@ export const make = (settings: SettingsShape) => [
       "SIGHUP, … or a number). Reports the process status shortly after.",
     input: Schema.Struct({
       id: Id,
-      signal: Schema.optional(Schema.String.annotations({ description: "Signal name or number (default SIGTERM)" }))
+      signal: Schema.optional(Schema.String.annotations({ description: "Signal name or number (default SIGTERM)" })),
+      computer_id: OnComputer
     }),
     output: Schema.Struct({
       id: Schema.String,
@@ -164,7 +186,8 @@ export const make = (settings: SettingsShape) => [
       exitSignal: Schema.NullOr(Schema.String)
     }),
     annotations: annotations("Signal a process", false, true, false),
-    handle: (input) => Effect.flatMap(Processes, (processes) => processes.kill(input.id, input.signal))
+    handle: (input) =>
+      Effect.zipRight(onComputer(input.id, input.computer_id), Effect.flatMap(Processes, (processes) => processes.kill(input.id, input.signal)))
   }),
   Tool.make({
     name: "wait",
@@ -175,7 +198,8 @@ export const make = (settings: SettingsShape) => [
       id: Id,
       pattern: Schema.optional(Schema.String.annotations({ description: "Regular expression to look for in the output" })),
       quietMs: Schema.optional((Int.pipe(Schema.greaterThan(0))).annotations({ description: "Return once no output came for this long" })),
-      timeoutMs: Schema.optional(NonNegativeInt.annotations({ description: "Longest wait in ms" }))
+      timeoutMs: Schema.optional(NonNegativeInt.annotations({ description: "Longest wait in ms" })),
+      computer_id: OnComputer
     }),
     output: Schema.Struct({
       id: Schema.String,
@@ -187,7 +211,8 @@ export const make = (settings: SettingsShape) => [
       waitedMs: Schema.Number
     }),
     annotations: annotations("Wait for a process", true, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.wait(input, context.progress))
+    handle: (input, context) =>
+      Effect.zipRight(onComputer(input.id, input.computer_id), Effect.flatMap(Processes, (processes) => processes.wait(input, context.progress)))
   }),
   Tool.make({
     name: "sandbox_exec",

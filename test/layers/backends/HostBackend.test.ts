@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Scope, Stream } from "effect"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { Effect, Exit, Fiber, Option, Scope, Stream } from "effect"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -20,10 +20,12 @@ const ENV = { PATH: "/usr/local/bin:/usr/bin:/bin", HOME: "/home/agent", LANG: "
 let counter = 0
 const computerId = () => `t${process.pid}-${++counter}`
 
-const openComputer = (options: { network?: boolean; sandbox?: "bwrap" | "none"; temporary?: boolean; id?: string } = {}) =>
+const openComputer = (
+  options: { network?: boolean; sandbox?: "bwrap" | "none"; temporary?: boolean; id?: string; stateDir?: string } = {}
+) =>
   Effect.gen(function*() {
     const backend = yield* HostBackend.make({
-      stateDir,
+      stateDir: options.stateDir ?? stateDir,
       network: options.network ?? false,
       sandbox: options.sandbox ?? "bwrap"
     })
@@ -69,6 +71,42 @@ const hostProcesses = (argv: ReadonlyArray<string>) =>
       return false
     }
   })
+
+const parentPid = (pid: string) => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]
+  } catch {
+    return undefined
+  }
+}
+
+/** The host pid of the kt-agent of computer `id` (a descendant of this process's bwrap for it). */
+const agentPid = (id: string) => {
+  const pids = readdirSync("/proc").filter((entry) => /^\d+$/.test(entry))
+  const cmdline = (pid: string) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8")
+    } catch {
+      return ""
+    }
+  }
+  let ancestors = new Set(pids.filter((pid) => parentPid(pid) === String(process.pid) && cmdline(pid).includes(`\0--hostname\0${id}\0`)))
+  for (let depth = 0; depth < 4 && ancestors.size > 0; depth++) {
+    const agent = pids.find((pid) => ancestors.has(parentPid(pid) ?? "") && cmdline(pid).startsWith("/run/kt-agent\0"))
+    if (agent !== undefined) return Number(agent)
+    ancestors = new Set(pids.filter((pid) => ancestors.has(parentPid(pid) ?? "")))
+  }
+  return undefined
+}
+
+const writeMetadata = (dir: string, id: string, temporary: boolean, owner: { pid: number; startTime: string }) => {
+  mkdirSync(join(dir, "computers", id, "home"), { recursive: true })
+  writeFileSync(
+    join(dir, "computers", id, "computer.json"),
+    JSON.stringify({ id, temporary, createdAt: new Date().toISOString(), image: "host", owner })
+  )
+}
 
 /** Reads a TTY process's output in the background; `waitFor` polls it for a pattern. */
 const watch = (process: BackendProcess) =>
@@ -339,6 +377,128 @@ describe("HostBackend", () => {
           return yield* Stream.runFold(process.events, 0, (n, event) => (event._tag === "Stdout" ? n + event.data.byteLength : n))
         }))
         assert.strictEqual(bytes, 209715200)
+      }))
+
+    it.scopedLive("restart keeps the workspace, ends the old processes, and spawns work afterwards", () =>
+      Effect.gen(function*() {
+        const computer = yield* openComputer()
+        assert.isTrue(HostBackend.capabilities.restart && HostBackend.capabilities.factoryReset && HostBackend.capabilities.persistence)
+        yield* runIn(computer, ["sh", "-c", "echo kept > /home/agent/kept.txt"])
+        const old = yield* computer.spawn(spec(["sh", "-c", "sleep 311 & sleep 311"]))
+        const oldEvents = yield* Effect.fork(collect(old))
+        for (let i = 0; i < 100 && hostProcesses(["sleep", "311"]).length < 2; i++) yield* Effect.sleep("10 millis")
+        assert.strictEqual(hostProcesses(["sleep", "311"]).length, 2)
+        yield* computer.restart
+        assert.isDefined((yield* Fiber.join(oldEvents)).exit)
+        for (let i = 0; i < 100 && hostProcesses(["sleep", "311"]).length > 0; i++) yield* Effect.sleep("10 millis")
+        assert.deepStrictEqual(hostProcesses(["sleep", "311"]), [])
+        const after = yield* runIn(computer, ["cat", "/home/agent/kept.txt"])
+        assert.strictEqual(after.stdout, "kept\n")
+        // The old handle reaches nothing of the new agent.
+        assert.strictEqual((yield* Effect.flip(old.signal("SIGTERM")))._tag, "BackendError")
+        const tty = yield* runIn(computer, ["tty"], { tty: { cols: 80, rows: 24 } })
+        assert.match(tty.stdout, /^\/dev\/pts\/\d+\r?\n$/)
+        assert.isTrue(Option.isNone(yield* Effect.timeoutOption(computer.lost, "200 millis")))
+      }))
+
+    it.scopedLive("factory reset erases the workspace", () =>
+      Effect.gen(function*() {
+        const id = computerId()
+        const computer = yield* openComputer({ id, temporary: false })
+        yield* runIn(computer, ["sh", "-c", "mkdir -p d && echo x > d/f && echo y > .hidden"])
+        yield* computer.factoryReset
+        assert.deepStrictEqual(readdirSync(join(stateDir, "computers", id, "home")), [])
+        const ls = yield* runIn(computer, ["ls", "-A", "/home/agent"])
+        assert.deepStrictEqual(ls, { stdout: "", stderr: "", exit: { exitCode: 0, signal: null }, exitBeforeOutputEnded: false })
+      }))
+
+    it.scopedLive("destroy removes even a permanent computer, and closing its scope afterwards succeeds", () =>
+      Effect.gen(function*() {
+        const id = computerId()
+        const scope = yield* Scope.make()
+        const computer = yield* Scope.extend(openComputer({ id, temporary: false }), scope)
+        yield* runIn(computer, ["sh", "-c", "echo x > f"])
+        const sleeper = yield* Scope.extend(computer.spawn(spec(["sleep", "312"])), scope)
+        const events = yield* Effect.fork(collect(sleeper))
+        yield* computer.destroy
+        assert.isFalse(existsSync(join(stateDir, "computers", id)))
+        assert.isDefined((yield* Fiber.join(events)).exit)
+        assert.deepStrictEqual(hostProcesses(["sleep", "312"]), [])
+        assert.strictEqual((yield* Effect.flip(Effect.scoped(computer.spawn(spec(["true"])))))._tag, "BackendError")
+        yield* Scope.close(scope, Exit.void)
+        assert.isFalse(existsSync(join(stateDir, "computers", id)))
+        assert.isTrue(Option.isNone(yield* Effect.timeoutOption(computer.lost, "100 millis")))
+      }))
+
+    it.scopedLive("lost completes when the agent is killed from outside", () =>
+      Effect.gen(function*() {
+        const id = computerId()
+        const computer = yield* openComputer({ id })
+        const sleeper = yield* computer.spawn(spec(["sleep", "313"]))
+        const events = yield* Effect.fork(collect(sleeper))
+        const pid = agentPid(id)
+        assert.isDefined(pid)
+        process.kill(pid!, "SIGKILL")
+        const reason = yield* computer.lost.pipe(Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => "lost never completed" }))
+        assert.include(reason, id)
+        assert.deepStrictEqual((yield* Fiber.join(events)).exit, { exitCode: null, signal: "SIGKILL" })
+        assert.strictEqual((yield* Effect.flip(Effect.scoped(computer.spawn(spec(["true"])))))._tag, "BackendError")
+        // A restart brings it back.
+        yield* computer.restart
+        assert.strictEqual((yield* runIn(computer, ["echo", "back"])).stdout, "back\n")
+      }))
+
+    it.scopedLive("lists computers and re-attaches a permanent one with its files", () =>
+      Effect.gen(function*() {
+        const dir = mkdtempSync(join(tmpdir(), "kt-host-list-"))
+        yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
+        const backend = yield* HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" })
+        assert.deepStrictEqual(yield* backend.list, [])
+        const first = yield* Scope.make()
+        const computer = yield* Scope.extend(backend.open({ id: "keeper", temporary: false }), first)
+        yield* runIn(computer, ["sh", "-c", "echo still here > notes.txt"])
+        const temp = yield* backend.open({ id: "scratch", temporary: true })
+        mkdirSync(join(dir, "computers", "stray"), { recursive: true })
+        const running = yield* backend.list
+        assert.deepStrictEqual(running.map((c) => [c.id, c.temporary, c.state, c.image, c.providerId]).sort(), [
+          ["keeper", false, "running", "host", join(dir, "computers", "keeper", "home")],
+          ["scratch", true, "running", "host", join(dir, "computers", "scratch", "home")]
+        ])
+        assert.isFalse(Number.isNaN(Date.parse(running[0]!.createdAt)))
+        const again = yield* Effect.flip(backend.open({ id: "keeper", temporary: false }))
+        assert.include(again.reason, "already open")
+        yield* Scope.close(first, Exit.void)
+        const stopped = (yield* backend.list).find((c) => c.id === "keeper")
+        assert.strictEqual(stopped?.state, "stopped")
+        assert.strictEqual(stopped?.createdAt, running.find((c) => c.id === "keeper")?.createdAt)
+
+        const mismatch = yield* Effect.flip(backend.open({ id: "keeper", temporary: true }))
+        assert.strictEqual(mismatch._tag, "BackendError")
+        assert.include(mismatch.reason, "permanent")
+        const reopened = yield* HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" }).pipe(
+          Effect.flatMap((b) => b.open({ id: "keeper", temporary: false }))
+        )
+        assert.strictEqual((yield* runIn(reopened, ["cat", "notes.txt"])).stdout, "still here\n")
+        assert.strictEqual((yield* runIn(temp, ["true"])).exit?.exitCode, 0)
+      }))
+
+    it.scopedLive("removes temporary computers of dead servers at startup, and nothing else", () =>
+      Effect.gen(function*() {
+        const dir = mkdtempSync(join(tmpdir(), "kt-host-reap-"))
+        yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
+        const live = { pid: process.pid, startTime: HostBackend.processStartTime(process.pid)! }
+        // Same pid, another start time: the pid was reused, the owner is gone.
+        const dead = { pid: process.pid, startTime: "0" }
+        writeMetadata(dir, "dead-temp", true, dead)
+        writeMetadata(dir, "dead-perm", false, dead)
+        writeMetadata(dir, "live-temp", true, live)
+        mkdirSync(join(dir, "computers", "unknown", "home"), { recursive: true })
+        const backend = yield* HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" })
+        assert.deepStrictEqual(readdirSync(join(dir, "computers")).sort(), ["dead-perm", "live-temp", "unknown"])
+        assert.deepStrictEqual((yield* backend.list).map((c) => c.id).sort(), ["dead-perm", "live-temp"])
+        // A dead server's permanent computer can be opened by this one.
+        const computer = yield* backend.open({ id: "dead-perm", temporary: false })
+        assert.strictEqual((yield* runIn(computer, ["true"])).exit?.exitCode, 0)
       }))
   })
 

@@ -1,0 +1,198 @@
+import { assert, it } from "@effect/vitest"
+import { Duration, Effect, type Layer } from "effect"
+import * as Runtime from "../../src/layers/Runtime.js"
+import type { Backend } from "../../src/services/Backend.js"
+import { Computers } from "../../src/services/Computers.js"
+import { Files } from "../../src/services/Files.js"
+import { Processes } from "../../src/services/Processes.js"
+import { Settings, type SettingsShape } from "../../src/services/Settings.js"
+import { describeIf } from "../support/Requirements.js"
+
+export interface ConformanceTarget {
+  /** A fresh backend layer (a new server instance over the same provider state). */
+  readonly backend: () => Layer.Layer<Backend, unknown>
+  readonly settings?: Partial<SettingsShape>
+  /** The backend can run here (else: skipped locally, a failure under CI=true). */
+  readonly available: boolean
+  readonly requirement: string
+}
+
+type Services = Processes | Computers | Files
+
+const run = <A, E>(target: ConformanceTarget, body: Effect.Effect<A, E, Services>) =>
+  body.pipe(Effect.provide(Runtime.layer(Settings.make({ killGraceMs: 500, ...target.settings }), target.backend())))
+
+const services = Effect.all({ processes: Processes, computers: Computers, files: Files })
+
+/**
+ * One suite of process and computer behaviours, run against every backend alike. A backend's
+ * declared capabilities decide nothing here: everything below is required of every backend that
+ * has processes, files and a lifecycle.
+ */
+export const conformance = (name: string, target: ConformanceTarget) =>
+  describeIf(target.available, target.requirement)(`conformance: ${name}`, () => {
+    it.live("exit codes and stderr", () =>
+      run(target, Effect.gen(function*() {
+        const { processes } = yield* services
+        const ok = yield* processes.exec("c", { command: "echo hi" })
+        assert.strictEqual(ok.exit_code, 0)
+        assert.strictEqual(ok.stdout, "hi\n")
+        const failed = yield* processes.spawn("c", { command: "echo broken >&2; exit 42" })
+        assert.strictEqual(failed.status, "exited")
+        assert.strictEqual(failed.exitCode, 42)
+        assert.strictEqual(failed.stderr.text, "broken\n")
+        const args = yield* processes.exec("c", { args: ["sh", "-c", "echo \"$1\"", "sh", "a b  c"] })
+        assert.strictEqual(args.stdout, "a b  c\n")
+      })), 120_000)
+
+    it.live("stdin reaches a pipe and eof ends it", () =>
+      run(target, Effect.gen(function*() {
+        const { processes } = yield* services
+        const { id } = yield* processes.spawn("c", { command: "wc -c", background: true })
+        yield* processes.stdin(id, "12345\\n", true)
+        const done = yield* processes.wait({ id, timeoutMs: 20_000 })
+        assert.strictEqual(done.reason, "exited")
+        assert.strictEqual((yield* processes.read(id, {})).stdout.text.trim(), "6")
+        const exec = yield* processes.exec("c", { command: "cat", stdin: "through stdin" })
+        assert.strictEqual(exec.stdout, "through stdin")
+      })), 120_000)
+
+    it.live("a TTY process has a terminal and its screen is rendered", () =>
+      run(target, Effect.gen(function*() {
+        const { processes } = yield* services
+        const { id } = yield* processes.spawn("c", {
+          command: "tty; stty size; printf 'name? '; read name; echo \"hello $name\"",
+          tty: true,
+          cols: 100,
+          rows: 20,
+          background: true
+        })
+        const asked = yield* processes.wait({ id, pattern: "name\\? ", timeoutMs: 20_000 })
+        assert.strictEqual(asked.reason, "matched")
+        yield* processes.stdin(id, "kiln\\r", false)
+        const done = yield* processes.wait({ id, timeoutMs: 20_000 })
+        assert.strictEqual(done.exitCode, 0)
+        const screen = (yield* processes.read(id, {})).screen!
+        assert.match(screen.text, /^\/dev\/pts\/\d+$/m)
+        assert.match(screen.text, /^20 100$/m)
+        assert.match(screen.text, /^hello kiln$/m)
+      })), 120_000)
+
+    it.live("kill ends a whole process tree", () =>
+      run(target, Effect.gen(function*() {
+        const { processes } = yield* services
+        const { id } = yield* processes.spawn("c", { command: "sh -c 'sleep 317 & sleep 317'", background: true })
+        yield* Effect.sleep(Duration.millis(300))
+        const before = yield* processes.exec("c", { command: "ps -eo args | grep -c '^sleep 317' || true" })
+        assert.strictEqual(before.stdout.trim(), "2")
+        const killed = yield* processes.kill(id)
+        assert.strictEqual(killed.status, "killed")
+        let left = "2"
+        for (let i = 0; i < 50 && left !== "0"; i++) {
+          yield* Effect.sleep(Duration.millis(100))
+          left = (yield* processes.exec("c", { command: "ps -eo args | grep -c '^sleep 317' || true" })).stdout.trim()
+        }
+        assert.strictEqual(left, "0")
+      })), 120_000)
+
+    it.live("a process that outlives its timeout keeps running in the background", () =>
+      run(target, Effect.gen(function*() {
+        const { processes } = yield* services
+        const slow = yield* processes.spawn("c", { command: "echo first; sleep 1.5; echo second", timeoutMs: 300 })
+        assert.strictEqual(slow.status, "running")
+        assert.strictEqual(slow.stdout.text, "first\n")
+        const done = yield* processes.wait({ id: slow.id, timeoutMs: 20_000 })
+        assert.strictEqual(done.exitCode, 0)
+        const rest = yield* processes.read(slow.id, { stdoutCursor: slow.stdout.next })
+        assert.strictEqual(rest.stdout.text, "second\n")
+      })), 120_000)
+
+    it.live("files are written and read inside the computer, and stay inside it", () =>
+      run(target, Effect.gen(function*() {
+        const { files, processes } = yield* services
+        const written = yield* files.write("c", { path: "notes/today.txt", content: "hello files\n" })
+        assert.strictEqual(written.bytes, 12)
+        const cat = yield* processes.exec("c", { command: "cat /home/agent/notes/today.txt" })
+        assert.strictEqual(cat.stdout, "hello files\n")
+        const read = yield* files.read("c", { path: "/home/agent/notes/today.txt" })
+        assert.strictEqual(read.content, "hello files\n")
+        const binary = Buffer.from([0, 1, 2, 255, 254, 10])
+        yield* files.write("c", { path: "bin.dat", content: binary.toString("base64"), encoding: "base64" })
+        const back = yield* files.read("c", { path: "bin.dat" })
+        assert.strictEqual(back.encoding, "base64")
+        assert.deepStrictEqual(Buffer.from(back.content, "base64"), binary)
+        const missing = yield* Effect.flip(files.read("c", { path: "no/such/file" }))
+        assert.strictEqual(missing._tag, "InvalidInput")
+        // `..` and symlinks resolve inside the computer: the host's files are not reachable
+        yield* processes.exec("c", { command: "ln -sf /etc/hostname link" })
+        const viaDots = yield* files.read("c", { path: "../../../../../etc/hostname" })
+        const viaLink = yield* files.read("c", { path: "link" })
+        const inside = yield* processes.exec("c", { command: "cat /etc/hostname" })
+        assert.strictEqual(viaDots.content, inside.stdout)
+        assert.strictEqual(viaLink.content, inside.stdout)
+      })), 120_000)
+
+    it.live("restart keeps files, ends processes, and the computer works after", () =>
+      run(target, Effect.gen(function*() {
+        const { computers, files, processes } = yield* services
+        const computer = yield* computers.create("c", { computer_id: "conf-restart" })
+        yield* files.write("c", { path: "kept.txt", content: "still here", computer_id: computer.id })
+        const { id } = yield* processes.spawn("c", { command: "sleep 300", background: true, computer_id: computer.id })
+        yield* computers.restart("c", computer.id)
+        const info = (yield* processes.list()).find((p) => p.id === id)!
+        assert.notStrictEqual(info.status, "running")
+        assert.match(info.reason ?? "", /restarted/)
+        const read = yield* files.read("c", { path: "kept.txt", computer_id: computer.id })
+        assert.strictEqual(read.content, "still here")
+        const after = yield* processes.exec("c", { command: "echo alive", computer_id: computer.id })
+        assert.strictEqual(after.stdout, "alive\n")
+      })), 120_000)
+
+    it.live("factory reset erases files", () =>
+      run(target, Effect.gen(function*() {
+        const { computers, files, processes } = yield* services
+        const computer = yield* computers.create("c", { computer_id: "conf-reset" })
+        yield* files.write("c", { path: "gone.txt", content: "soon gone", computer_id: computer.id })
+        yield* computers.factoryReset("c", computer.id)
+        const missing = yield* Effect.flip(files.read("c", { path: "gone.txt", computer_id: computer.id }))
+        assert.strictEqual(missing._tag, "InvalidInput")
+        const after = yield* processes.exec("c", { command: "echo fresh", computer_id: computer.id })
+        assert.strictEqual(after.stdout, "fresh\n")
+      })), 120_000)
+
+    it.live("delete removes the computer; a permanent one survives a new server and is found by id", () =>
+      Effect.gen(function*() {
+        yield* run(target, Effect.gen(function*() {
+          const { computers, files } = yield* services
+          yield* computers.create("a", { computer_id: "conf-keep", temporary: false })
+          yield* files.write("a", { path: "mine.txt", content: "persisted", computer_id: "conf-keep" })
+        }))
+        yield* run(target, Effect.gen(function*() {
+          const { computers, files } = yield* services
+          const listed = yield* computers.list
+          assert.isTrue(listed.some((c) => c.computer_id === "conf-keep" && !c.temporary))
+          const read = yield* files.read("b", { path: "mine.txt", computer_id: "conf-keep", temporary: false })
+          assert.strictEqual(read.content, "persisted")
+          const wrong = yield* Effect.flip(computers.create("b", { computer_id: "conf-keep", temporary: true }))
+          assert.strictEqual(wrong._tag, "InvalidInput")
+          yield* computers.delete("b", "conf-keep")
+          assert.isFalse((yield* computers.list).some((c) => c.computer_id === "conf-keep"))
+          const gone = yield* Effect.flip(computers.get("b", "conf-keep"))
+          assert.strictEqual(gone._tag, "ComputerNotFound")
+        }))
+      }), 180_000)
+
+    it.live("temporary computers are removed when their last session ends", () =>
+      run(target, Effect.gen(function*() {
+        const { computers, processes } = yield* services
+        const one = yield* processes.exec("session-1", { command: "hostname" })
+        const two = yield* processes.exec("session-2", { command: "hostname" })
+        assert.notStrictEqual(one.computer_id, two.computer_id)
+        yield* processes.exec("session-2", { command: "true", computer_id: one.computer_id })
+        yield* computers.release("session-1")
+        assert.isTrue((yield* computers.list).some((c) => c.computer_id === one.computer_id), "still held by session-2")
+        yield* computers.release("session-2")
+        const left = yield* computers.list
+        assert.isFalse(left.some((c) => c.computer_id === one.computer_id || c.computer_id === two.computer_id))
+      })), 120_000)
+  })
