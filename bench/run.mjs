@@ -3,6 +3,7 @@
 //   npm run bench            all
 //   node bench/run.mjs spawn  only the spawn round trip
 //   node bench/run.mjs output only the output throughput
+//   node bench/run.mjs http   spawn round trip over HTTP vs stdio
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { spawn } from "node:child_process"
@@ -111,6 +112,56 @@ async function benchOutput(bytes = 1024 ** 3, rounds = 3) {
   return { ratio, growth }
 }
 
+async function benchHttp(rounds = 300) {
+  const { StreamableHTTPClientTransport } = await import("@modelcontextprotocol/sdk/client/streamableHttp.js")
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-bench-"))
+  const server = spawn(process.execPath, [bin, "--backend", "host", "--transport", "http", "--port", "0", "--state-dir", stateDir], {
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" }
+  })
+  const port = await new Promise((resolve) => {
+    let log = ""
+    server.stderr.on("data", (chunk) => {
+      log += chunk
+      const match = /MCP over HTTP at http:\/\/[^:]+:(\d+)\/mcp/.exec(log)
+      if (match) resolve(Number(match[1]))
+    })
+  })
+  const http = new Client({ name: "bench-http", version: "1" })
+  await http.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/mcp`)))
+  const stdio = new Client({ name: "bench-stdio", version: "1" })
+  await stdio.connect(new StdioClientTransport({
+    command: process.execPath,
+    args: [bin, "--backend", "host", "--state-dir", stateDir, "--log-level", "error"],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" },
+    stderr: "inherit"
+  }))
+  const call = async (client) => {
+    const start = process.hrtime.bigint()
+    const result = await client.callTool({ name: "spawn", arguments: { command: "true" } })
+    if (result.isError || result.structuredContent?.exitCode !== 0) throw new Error(`spawn failed: ${JSON.stringify(result)}`)
+    return Number(process.hrtime.bigint() - start) / 1e6
+  }
+  for (let i = 0; i < 30; i++) {
+    await call(http)
+    await call(stdio)
+  }
+  const viaHttp = []
+  const viaStdio = []
+  for (let i = 0; i < rounds; i++) {
+    viaHttp.push(await call(http))
+    viaStdio.push(await call(stdio))
+  }
+  await http.close()
+  await stdio.close()
+  server.kill("SIGTERM")
+  console.log(`spawn of \`true\` over Streamable HTTP vs stdio, ${rounds} rounds each`)
+  console.log(`  HTTP:  p50 ${ms(percentile(viaHttp, 50))}  p99 ${ms(percentile(viaHttp, 99))}`)
+  console.log(`  stdio: p50 ${ms(percentile(viaStdio, 50))}  p99 ${ms(percentile(viaStdio, 99))}`)
+  console.log(`  ratio p50 ${(percentile(viaHttp, 50) / percentile(viaStdio, 50)).toFixed(2)} (target <= 1.5)  p99 ${(percentile(viaHttp, 99) / percentile(viaStdio, 99)).toFixed(2)}`)
+}
+
 if (which === "all" || which === "spawn") await benchSpawn()
+if (which === "all" || which === "http") await benchHttp()
 if (which === "all" || which === "output") await benchOutput()
 process.exit(0)

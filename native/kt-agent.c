@@ -64,6 +64,10 @@ enum { K_SERVER = 1, K_SIGNAL, K_LISTEN, K_OUT, K_ERR, K_IN, K_MASTER, K_HOST, K
 #define NONCE_LEN 32
 #define HELLO_MAGIC 0x6b746531u /* "kte1" */
 #define MAX_OUT_PENDING (1 << 20)
+/* Pipe capacity for heavy output (the default 64 KiB makes for small reads and many wakeups).
+ * Raised only once a pipe fills up: big pipes count against the user's pipe-user-pages-soft. */
+#define BIG_PIPE (1 << 20)
+#define HEAVY (32 * 1024)
 
 struct obuf { char *buf; size_t len, off, cap; };
 
@@ -75,6 +79,7 @@ struct proc {
   struct obuf in;     /* pending stdin (pipes) or pending input to the terminal (tty) */
   int in_eof;         /* close stdin once `in` is flushed */
   int in_armed;       /* EPOLLOUT registered on the stdin / master fd */
+  int big_out, big_err; /* stdout / stderr pipe raised to BIG_PIPE */
   /* tty */
   int tty, master_fd, host_fd, conn_fd, host_armed, master_paused, closed_sent;
   uint64_t relayed;   /* bytes read from the inner terminal, all bound for the host terminal */
@@ -495,6 +500,7 @@ static void finish_tty_output(struct proc *p) {
 
 /* Reads one fd until EAGAIN (drain) or once (!drain). Returns 1 when it hit EOF. */
 static int use_splice = 1;
+static int big_channel;
 
 static void write_all(const char *buf, size_t len) {
   while (len > 0) {
@@ -536,7 +542,10 @@ static void forward_waiting(struct proc *p, int fd, int type, size_t len) {
 static int pump(struct proc *p, int *fd, int type, int drain) {
   for (;;) {
     int waiting = 0;
-    if (use_splice && !p->tty && !p->released && ioctl(*fd, FIONREAD, &waiting) == 0 && waiting >= 32768) {
+    if (use_splice && !p->tty && !p->released && ioctl(*fd, FIONREAD, &waiting) == 0 && waiting >= HEAVY) {
+      int *big = type == T_STDOUT ? &p->big_out : &p->big_err;
+      if (!*big) { *big = 1; fcntl(*fd, F_SETPIPE_SZ, BIG_PIPE); }
+      if (!big_channel) { big_channel = 1; fcntl(1, F_SETPIPE_SZ, BIG_PIPE); } /* fails harmlessly on a socket */
       forward_waiting(p, *fd, type, (size_t)waiting);
       if (!drain) return 0; /* level-triggered: come back after the other ready fds */
       continue;

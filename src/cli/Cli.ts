@@ -1,8 +1,9 @@
 import { Command, Options } from "@effect/cli"
-import { Config, Effect, Logger, LogLevel, Option } from "effect"
+import { Config, Effect, Logger, LogLevel, Option, Redacted } from "effect"
 import { randomUUID } from "node:crypto"
 import { homedir } from "node:os"
 import { join } from "node:path"
+import { serveHttpForever } from "../layers/mcp/HttpServer.js"
 import { serverInfo, serveStdio } from "../layers/mcp/McpServer.js"
 import * as Main from "../layers/Main.js"
 import { defaultSettings, type SettingsShape } from "../services/Settings.js"
@@ -74,6 +75,20 @@ const options = {
     Options.withDefault("stdio" as const),
     Options.withDescription("MCP transport: stdio (default) or http (env KILNTAINERS_TRANSPORT)")
   ),
+  host: Options.text("host").pipe(
+    Options.withFallbackConfig(Config.string(env("host"))),
+    Options.withDefault("127.0.0.1"),
+    Options.withDescription("HTTP: address to bind (default 127.0.0.1; env KILNTAINERS_HOST)")
+  ),
+  port: int("port", 8435, "HTTP: port (0 picks a free one)"),
+  sessionTimeout: int("session-timeout", 300, "HTTP: seconds without a request after which an MCP session is closed and its temporary computers removed"),
+  authToken: Options.redacted("auth-token").pipe(
+    Options.withFallbackConfig(Config.redacted(env("auth-token"))),
+    Options.optional,
+    Options.withDescription("HTTP: bearer token required on /mcp (env KILNTAINERS_AUTH_TOKEN; prefer the variable: flags show in ps)")
+  ),
+  allowUnauthenticatedHttp: flag("allow-unauthenticated-http", "HTTP: allow a non-loopback --host without --auth-token"),
+  maxSessions: int("max-sessions", 100, "HTTP: most concurrent MCP sessions"),
   timeout: int("timeout", defaultSettings.timeout, "sandbox_exec default timeout, seconds (>= 1)"),
   outputLimit: int("output-limit", defaultSettings.outputLimit, "Most bytes of output one sandbox_exec result carries (>= 1)"),
   shell: Options.text("shell").pipe(
@@ -135,6 +150,9 @@ export const toSettings = (parsed: Parsed) =>
     yield* positive("rows", parsed.rows, 2)
     yield* positive("kill-grace-ms", parsed.killGraceMs, 0)
     yield* positive("pids-limit", parsed.pidsLimit, 16)
+    yield* positive("port", parsed.port, 0)
+    yield* positive("session-timeout", parsed.sessionTimeout, 1)
+    yield* positive("max-sessions", parsed.maxSessions, 1)
     if (Option.isSome(parsed.cpu) && !(parsed.cpu.value > 0)) return yield* Effect.fail("--cpu must be > 0")
     if (Option.isSome(parsed.memory) && !/^\d+(\.\d+)?[bkmg]?$/i.test(parsed.memory.value)) {
       return yield* Effect.fail("--memory must look like 512m or 2g")
@@ -179,15 +197,32 @@ export const toSettings = (parsed: Parsed) =>
 const serve = (parsed: Parsed) =>
   Effect.gen(function*() {
     const settings = yield* toSettings(parsed)
-    if (settings.transport === "http") {
-      return yield* Effect.fail("the HTTP transport is not available in this version; use --transport stdio")
+    if (settings.transport === "stdio") {
+      const httpOnly = [
+        parsed.host !== "127.0.0.1" && "--host",
+        parsed.port !== 8435 && "--port",
+        parsed.sessionTimeout !== 300 && "--session-timeout"
+      ].filter((flag): flag is string => typeof flag === "string")
+      if (httpOnly.length > 0) return yield* Effect.fail(`${httpOnly.join(", ")} only apply with --transport http`)
     }
     if (settings.unsafeNoSandbox) {
       yield* Effect.logWarning("--unsafe-no-sandbox: processes run on this host WITHOUT isolation and can read and change your files")
     }
     const instanceId = randomUUID()
-    yield* Effect.logInfo(`kilntainers ${serverInfo.version}: transport stdio, state ${settings.stateDir}, instance ${instanceId}`)
-    yield* serveStdio.pipe(Effect.provide(Main.layer(settings, instanceId)))
+    yield* Effect.logInfo(`kilntainers ${serverInfo.version}: transport ${settings.transport}, state ${settings.stateDir}, instance ${instanceId}`)
+    if (settings.transport === "http") {
+      yield* serveHttpForever({
+        host: parsed.host,
+        port: parsed.port,
+        sessionTimeoutMs: parsed.sessionTimeout * 1000,
+        authToken: Option.getOrUndefined(Option.map(parsed.authToken, Redacted.value)),
+        allowUnauthenticated: parsed.allowUnauthenticatedHttp,
+        maxSessions: parsed.maxSessions,
+        maxBodyBytes: 32 * 1024 * 1024
+      }).pipe(Effect.provide(Main.layer(settings, instanceId)))
+    } else {
+      yield* serveStdio.pipe(Effect.provide(Main.layer(settings, instanceId)))
+    }
   }).pipe(Logger.withMinimumLogLevel(levels[parsed.logLevel]))
 
 export const command = Command.make("kilntainers", options, serve).pipe(

@@ -9,6 +9,7 @@ import { Settings } from "../services/Settings.js"
 interface Entry {
   readonly id: string
   readonly temporary: boolean
+  shared: boolean
   readonly ready: Deferred.Deferred<ComputerActor.ComputerActor, BackendError>
   readonly scope: Scope.CloseableScope
   readonly owners: Set<string>
@@ -43,11 +44,11 @@ export const layer = Layer.scoped(
       Effect.forEach([...entries.values()], close, { concurrency: "unbounded", discard: true })
     )
 
-    const open = (id: string, temporary: boolean, session: string) =>
+    const open = (id: string, temporary: boolean, session: string, shared = false) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(root, ExecutionStrategy.sequential)
         const ready = yield* Deferred.make<ComputerActor.ComputerActor, BackendError>()
-        const entry: Entry = { id, temporary, ready, scope, owners: new Set([session]) }
+        const entry: Entry = { id, temporary, shared, ready, scope, owners: new Set([session]) }
         entries.set(id, entry)
         yield* backend.open({ id, temporary }).pipe(
           Effect.flatMap((computer) =>
@@ -86,28 +87,48 @@ export const layer = Layer.scoped(
         })
         : Effect.void
 
+    /** Another session's temporary computer is private unless it was created shared. */
+    const accessible = (entry: Entry, session: string) => !entry.temporary || entry.shared || entry.owners.has(session)
+
+    const checkAccess = (entry: Entry, session: string) =>
+      accessible(entry, session)
+        ? Effect.void
+        : new InvalidInput({
+          message: `computer '${entry.id}' is a temporary computer of another session; sessions can use it only ` +
+            `if it was created with shared=true`
+        })
+
     const freshId = Effect.gen(function*() {
       let id = yield* generateComputerId
       while (entries.has(id)) id = yield* generateComputerId
       return id
     })
 
-    const byId = (session: string, id: string, temporary: boolean | undefined) =>
+    const byId = (session: string, id: string, temporary: boolean | undefined, shared?: boolean | undefined) =>
       Effect.gen(function*() {
         if (!computerIdPattern.test(id)) return yield* invalidId(id)
         const existing = entries.get(id)
         if (existing) {
+          yield* checkAccess(existing, session)
           yield* checkTemporary(existing, temporary)
+          if (shared) existing.shared = true
           return yield* attach(existing, session)
         }
-        const entry = yield* open(id, temporary ?? true, session)
+        const known = (yield* backend.list).find((computer) => computer.id === id)
+        if (known && known.temporary) {
+          // Ours by label but not open here: another server instance's temporary computer.
+          return yield* new InvalidInput({
+            message: `computer '${id}' is a temporary computer of another kilntainers server; choose another id`
+          })
+        }
+        const entry = yield* open(id, temporary ?? true, session, shared ?? false)
         return yield* Deferred.await(entry.ready)
       })
 
     const resolve = (session: string, request: ComputerRequest) =>
       Effect.gen(function*() {
         const requested = request.computer_id
-        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary)
+        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary, request.shared)
         let id = sessionDefaults.get(session)
         if (id === undefined) {
           id = yield* freshId
@@ -119,8 +140,8 @@ export const layer = Layer.scoped(
     const create = (session: string, request: ComputerRequest) =>
       Effect.gen(function*() {
         const requested = request.computer_id
-        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary)
-        return yield* byId(session, yield* freshId, request.temporary)
+        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary, request.shared)
+        return yield* byId(session, yield* freshId, request.temporary, request.shared)
       })
 
     /** An attached computer, or one the provider still has (a permanent computer from an earlier run). */
@@ -128,9 +149,15 @@ export const layer = Layer.scoped(
       Effect.gen(function*() {
         if (!computerIdPattern.test(id)) return yield* invalidId(id)
         const existing = entries.get(id)
-        if (existing) return yield* attach(existing, session)
+        if (existing) {
+          yield* checkAccess(existing, session)
+          return yield* attach(existing, session)
+        }
         const known = (yield* backend.list).find((computer) => computer.id === id)
         if (!known) return yield* new ComputerNotFound({ id })
+        if (known.temporary) {
+          return yield* new InvalidInput({ message: `computer '${id}' is a temporary computer of another kilntainers server` })
+        }
         const entry = yield* open(id, known.temporary, session)
         return yield* Deferred.await(entry.ready)
       })
@@ -207,15 +234,18 @@ export const layer = Layer.scoped(
       processes: 0
     })
 
-    const list = Effect.gen(function*() {
-      const attached = (yield* Effect.forEach([...entries.values()], info)).filter((i): i is ComputerInfo => i !== undefined)
-      const seen = new Set(attached.map((c) => c.computer_id))
-      const provider = yield* backend.list
+    const list = (session: string) => Effect.gen(function*() {
+      const visible = [...entries.values()].filter((entry) => accessible(entry, session))
+      const attached = (yield* Effect.forEach(visible, info)).filter((i): i is ComputerInfo => i !== undefined)
+      const seen = new Set(entries.keys())
+      const all = yield* backend.list
       // The provider's creation time is the computer's, not this server's attach time.
-      const created = new Map(provider.map((c) => [c.id, c.createdAt]))
+      const created = new Map(all.map((c) => [c.id, c.createdAt]))
+      // Temporary computers not open here belong to other server instances: not ours to show.
+      const kept = all.filter((c) => !c.temporary && !seen.has(c.id))
       return [
         ...attached.map((c) => ({ ...c, created_at: created.get(c.computer_id) ?? c.created_at })),
-        ...provider.filter((c) => !seen.has(c.id)).map(fromProvider)
+        ...kept.map(fromProvider)
       ]
     })
 
@@ -230,6 +260,12 @@ export const layer = Layer.scoped(
         yield* Effect.forEach(orphaned, close, { concurrency: "unbounded", discard: true })
       })
 
-    return Computers.of({ resolve, create, get, restart, factoryReset, delete: remove, list, release })
+    const canAccess = (session: string, computerId: string) =>
+      Effect.sync(() => {
+        const entry = entries.get(computerId)
+        return entry === undefined ? false : accessible(entry, session)
+      })
+
+    return Computers.of({ resolve, create, get, restart, factoryReset, delete: remove, list, release, canAccess })
   })
 )

@@ -20,6 +20,8 @@ export type ComputerInfo = typeof ComputerInfo.Type
 export interface ComputerRequest {
   readonly computer_id?: string | undefined
   readonly temporary?: boolean | undefined
+  /** A temporary computer other sessions may use too (permanent computers always may). */
+  readonly shared?: boolean | undefined
 }
 
 /** The named computers of a server, and the sessions that hold them. */
@@ -33,8 +35,13 @@ export class Computers extends Context.Tag("kilntainers/services/Computers")<Com
   readonly restart: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError | Unsupported>
   readonly factoryReset: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError | Unsupported>
   readonly delete: (session: string, id: string) => Effect.Effect<void, ComputerNotFound | InvalidInput | BackendError>
-  /** Every computer: those in use here and those the provider keeps (permanent ones). */
-  readonly list: Effect.Effect<ReadonlyArray<ComputerInfo>, BackendError>
+  /**
+   * The computers a session may see: the ones it holds, shared ones, and permanent ones (also those
+   * only the provider still keeps). Other sessions' private temporary computers are not listed.
+   */
+  readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, BackendError>
+  /** May this session use (read, signal, change) this computer? */
+  readonly canAccess: (session: string, computerId: string) => Effect.Effect<boolean>
   /** A session ended: its temporary computers that nobody else holds are removed. */
   readonly release: (session: string) => Effect.Effect<void>
 }>() {}

@@ -169,30 +169,37 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         }))
         yield* run(target, Effect.gen(function*() {
           const { computers, files } = yield* services
-          const listed = yield* computers.list
+          const listed = yield* computers.list("b")
           assert.isTrue(listed.some((c) => c.computer_id === "conf-keep" && !c.temporary))
           const read = yield* files.read("b", { path: "mine.txt", computer_id: "conf-keep", temporary: false })
           assert.strictEqual(read.content, "persisted")
           const wrong = yield* Effect.flip(computers.create("b", { computer_id: "conf-keep", temporary: true }))
           assert.strictEqual(wrong._tag, "InvalidInput")
           yield* computers.delete("b", "conf-keep")
-          assert.isFalse((yield* computers.list).some((c) => c.computer_id === "conf-keep"))
+          assert.isFalse((yield* computers.list("b")).some((c) => c.computer_id === "conf-keep"))
           const gone = yield* Effect.flip(computers.get("b", "conf-keep"))
           assert.strictEqual(gone._tag, "ComputerNotFound")
         }))
       }), 180_000)
 
-    it.live("temporary computers are removed when their last session ends", () =>
+    it.live("temporary computers are private to their sessions unless shared, and go with the last one", () =>
       run(target, Effect.gen(function*() {
         const { computers, processes } = yield* services
         const one = yield* processes.exec("session-1", { command: "hostname" })
         const two = yield* processes.exec("session-2", { command: "hostname" })
         assert.notStrictEqual(one.computer_id, two.computer_id)
-        yield* processes.exec("session-2", { command: "true", computer_id: one.computer_id })
+        const denied = yield* Effect.flip(processes.exec("session-2", { command: "true", computer_id: one.computer_id }))
+        assert.strictEqual(denied._tag, "InvalidInput")
+        assert.isFalse((yield* computers.list("session-2")).some((c) => c.computer_id === one.computer_id))
+        assert.isFalse(yield* computers.canAccess("session-2", one.computer_id))
+        const shared = yield* computers.create("session-1", { computer_id: "conf-shared", shared: true })
+        yield* processes.exec("session-2", { command: "true", computer_id: shared.id })
         yield* computers.release("session-1")
-        assert.isTrue((yield* computers.list).some((c) => c.computer_id === one.computer_id), "still held by session-2")
+        const afterOne = yield* computers.list("session-2")
+        assert.isTrue(afterOne.some((c) => c.computer_id === "conf-shared"), "still held by session-2")
+        assert.isFalse(yield* computers.canAccess("session-2", one.computer_id), "session-1's default is gone")
         yield* computers.release("session-2")
-        const left = yield* computers.list
-        assert.isFalse(left.some((c) => c.computer_id === one.computer_id || c.computer_id === two.computer_id))
+        assert.isFalse(yield* computers.canAccess("session-3", "conf-shared"))
+        assert.deepStrictEqual((yield* computers.list("session-3")).filter((c) => c.temporary), [])
       })), 120_000)
   })

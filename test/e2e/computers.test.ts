@@ -6,6 +6,13 @@ import { binPath, startServer } from "../support/McpHarness.js"
 import { dockerWorks } from "../support/Docker.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
+const providerHas = async (backend: string, stateDir: string, id: string) => {
+  if (backend === "host") return existsSync(join(stateDir, "computers", id))
+  const { default: Docker } = await import("dockerode")
+  const found = await new Docker().listContainers({ all: true, filters: { label: [`kilntainers.computer-id=${id}`] } })
+  return found.length > 0
+}
+
 const backends = [
   { name: "docker", available: dockerWorks, requirement: "a Docker engine with the debian:bookworm-slim test image" },
   { name: "host", available: bwrapWorks, requirement: "bubblewrap" }
@@ -42,13 +49,16 @@ for (const backend of backends) {
           assert.strictEqual(again.structured.stdout, "one\n")
           assert.strictEqual(again.structured.computer_id, a.structured.computer_id)
           const listed = await two.call("computer_list", {})
-          assert.isAtLeast(listed.structured.count, 1)
+          assert.isTrue(listed.structured.computers.some((c: any) => c.computer_id === b.structured.computer_id))
+          assert.isFalse(listed.structured.computers.some((c: any) => c.computer_id === a.structured.computer_id), "private to session one")
+          const denied = await two.call("sandbox_exec", { computer_id: a.structured.computer_id, command: "true" })
+          assert.isTrue(denied.isError)
+          assert.isTrue(await providerHas(backend.name, stateDir, a.structured.computer_id))
           await one.client.close()
-          // the first session's temporary computer is gone once its session ended
+          // the first session's temporary computer is gone from the provider once its session ended
           let gone = false
-          for (let i = 0; i < 50 && !gone; i++) {
-            const now = await two.call("computer_list", {})
-            gone = !now.structured.computers.some((c: any) => c.computer_id === a.structured.computer_id)
+          for (let i = 0; i < 75 && !gone; i++) {
+            gone = !(await providerHas(backend.name, stateDir, a.structured.computer_id))
             if (!gone) await new Promise((r) => setTimeout(r, 200))
           }
           assert.isTrue(gone, "temporary computer removed with its session")

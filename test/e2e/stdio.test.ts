@@ -198,6 +198,31 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
     assert.isTrue(await waitFor(async () => (await processesWith(marker)).length === 0, 5_000))
   })
 
+  it("leaves nothing running even when the server is killed with SIGKILL", async () => {
+    const server = await startServer(["--backend", "host"])
+    const marker = `kt-e2e-sigkill-${process.pid}`
+    await server.call("spawn", { command: `sleep 307; : ${marker}`, background: true })
+    await server.call("spawn", { command: `sleep 308; : ${marker}`, tty: true, background: true })
+    assert.isAtLeast((await processesWith(marker)).length, 2)
+    process.kill(server.pid!, "SIGKILL")
+    assert.isTrue(await waitFor(async () => (await processesWith(marker)).length === 0, 10_000))
+  })
+
+  it("reads every flag from its KILNTAINERS_* variable", async () => {
+    const server = await startServer(["--backend", "host"], { KILNTAINERS_TIMEOUT: "7", KILNTAINERS_SHELL: "/bin/sh" })
+    try {
+      const { tools } = await server.client.listTools()
+      const exec = tools.find((t) => t.name === "sandbox_exec")!
+      assert.match(exec.description ?? "", /time out after 7 seconds/)
+      assert.match(exec.description ?? "", /Commands run in \/bin\/sh/)
+      const result = await server.call("sandbox_exec", { command: "sleep 30", timeout: undefined })
+      assert.strictEqual(result.structured.exit_code, 124)
+      assert.match(result.structured.stderr, /timed out after 7s/)
+    } finally {
+      await server.client.close()
+    }
+  }, 30_000)
+
   it("refuses to start when the sandbox cannot be set up, saying how to fix it", async () => {
     const { spawnSync } = await import("node:child_process")
     const result = spawnSync(process.execPath, [binPath, "--backend", "host", "--bwrap-path", "/nonexistent/bwrap"], {

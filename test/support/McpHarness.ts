@@ -75,3 +75,48 @@ export const waitFor = async (check: () => boolean | Promise<boolean>, timeoutMs
   }
   return check()
 }
+
+export interface HttpServerProcess {
+  readonly url: string
+  readonly port: number
+  readonly stateDir: string
+  readonly child: import("node:child_process").ChildProcess
+  readonly stderr: () => string
+  readonly stop: (signal?: NodeJS.Signals) => Promise<number | null>
+}
+
+/** Starts the built CLI as an HTTP MCP server on a free port and waits until it listens. */
+export const startHttpServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}): Promise<HttpServerProcess> => {
+  const { spawn } = await import("node:child_process")
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-http-"))
+  const child = spawn(process.execPath, [binPath, "--transport", "http", "--port", "0", "--state-dir", stateDir, ...args], {
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  let stderr = ""
+  let stdout = ""
+  child.stdout!.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString()
+  })
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+  const port = await new Promise<number>((resolve, reject) => {
+    child.stderr!.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString()
+      const match = /MCP over HTTP at http:\/\/[^:]+:(\d+)\/mcp/.exec(stderr)
+      if (match) resolve(Number(match[1]))
+    })
+    exited.then((code) => reject(new Error(`server exited with ${code}: ${stderr}`)))
+    setTimeout(() => reject(new Error(`server did not start: ${stderr}`)), 30_000)
+  })
+  return {
+    url: `http://127.0.0.1:${port}/mcp`,
+    port,
+    stateDir,
+    child,
+    stderr: () => stderr + (stdout ? `\n[stdout!] ${stdout}` : ""),
+    stop: async (signal = "SIGTERM") => {
+      if (child.exitCode === null) child.kill(signal)
+      return exited
+    }
+  }
+}

@@ -6,10 +6,12 @@
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
-import { spawn as spawnChild, type ChildProcessByStdio } from "node:child_process"
+import { execFile, spawn as spawnChild, type ChildProcess } from "node:child_process"
 import { randomBytes } from "node:crypto"
+import { closeSync, constants as fsConstants, openSync, unlinkSync } from "node:fs"
+import { type OnReadOpts, Socket, type SocketConstructorOpts } from "node:net"
 import { constants } from "node:os"
-import type { Readable, Writable } from "node:stream"
+import type { Writable } from "node:stream"
 import { BackendError, SpawnFailed } from "../../domain/Errors.js"
 import type { ExitInfo } from "../../services/Backend.js"
 
@@ -153,6 +155,7 @@ export class FrameDecoder {
 
 /** Callbacks of one process started through the agent. */
 export interface ProcessHandlers {
+  /** `data` is only valid during the call (its memory is reused for the next read): copy what you keep. */
   readonly onStdout: (data: Uint8Array) => void
   readonly onStderr: (data: Uint8Array) => void
   /**
@@ -183,7 +186,17 @@ export interface AgentCommand {
   readonly cwd: string
   /** The agent's own environment (children never inherit it). */
   readonly env: Readonly<Record<string, string>>
+  /**
+   * Where to create the FIFO that carries the agent's output (its stdout); it is removed once both
+   * ends are open. Without it the output comes over an ordinary pipe.
+   */
+  readonly channel?: string | undefined
 }
+
+/** Read size of the output channel (the agent raises the FIFO to this capacity when output is heavy). */
+const CHANNEL_READ = 1 << 20
+/** How long to wait for the rest of the output channel after the agent exited. */
+const DRAIN_AFTER_EXIT_MS = 1000
 
 const signalNumbers = constants.signals as Readonly<Record<string, number>>
 const signalNames = new Map(Object.entries(signalNumbers).map(([name, n]) => [n, name]))
@@ -202,7 +215,9 @@ export class AgentClient {
 
   private constructor(
     private readonly backend: string,
-    private readonly child: ChildProcessByStdio<Writable, Readable, Readable>,
+    private readonly child: ChildProcess,
+    private readonly stdin: Writable,
+    channelFd: number | undefined,
     private readonly onLost: ((reason: string) => void) | undefined
   ) {
     const decoder = new FrameDecoder({
@@ -214,27 +229,79 @@ export class AgentClient {
       },
       control: (type, id, payload) => this.onControl(type, id, payload)
     })
-    child.stdout.on("data", (chunk: Buffer) => decoder.push(chunk))
-    child.stderr.on("data", (chunk: Buffer) => {
+    let exitReason: string | undefined
+    let channelEnded = false
+    const onChannelEnd = () => {
+      channelEnded = true
+      if (exitReason !== undefined) this.die(exitReason)
+    }
+    if (channelFd === undefined) {
+      child.stdout!.on("data", (chunk: Buffer) => decoder.push(chunk))
+      // 'close' below comes after stdout ended.
+      channelEnded = true
+    } else {
+      // One reused buffer for every read: no allocation per read (output is copied out by the handlers).
+      const buffer = Buffer.allocUnsafe(CHANNEL_READ)
+      const onread: OnReadOpts = {
+        buffer,
+        callback: (n) => {
+          decoder.push(buffer.subarray(0, n))
+          return true
+        }
+      }
+      // Node supports `onread` for any socket; its types only declare it for net.connect.
+      const options: SocketConstructorOpts & { readonly onread: OnReadOpts } = { fd: channelFd, readable: true, writable: false, onread }
+      this.channel = new Socket(options)
+      this.channel.on("end", onChannelEnd)
+      this.channel.on("close", onChannelEnd)
+      this.channel.on("error", () => {})
+    }
+    child.stderr!.on("data", (chunk: Buffer) => {
       this.stderrTail = (this.stderrTail + chunk.toString("utf8")).slice(-4000)
     })
-    child.stdin.on("error", () => {})
+    stdin.on("error", () => {})
     child.on("error", (error) => this.die(`cannot start the agent: ${error.message}`))
     child.on("close", (code, signal) => {
       const how = signal ? `was killed by ${signal}` : `exited with code ${code}`
       const detail = this.stderrTail.trim()
-      this.die(`the computer's agent ${how}${detail ? `: ${detail}` : ""}`)
+      exitReason = `the computer's agent ${how}${detail ? `: ${detail}` : ""}`
+      // Frames still in the channel come first; something else holding it open must not hang us.
+      if (channelEnded) this.die(exitReason)
+      else setTimeout(onChannelEnd, DRAIN_AFTER_EXIT_MS).unref()
     })
   }
 
-  /** Starts the agent process; see `ready`. */
+  private readonly channel: Socket | undefined
+  private readonly held = new Set<number>()
+
+  /** Starts the agent process (`channel`: a FIFO there must not exist yet); see `ready`. */
   static launch(backend: string, command: AgentCommand, onLost?: (reason: string) => void): AgentClient {
-    const child = spawnChild(command.file, [...command.args], {
-      cwd: command.cwd,
-      env: { ...command.env },
-      stdio: ["pipe", "pipe", "pipe"]
-    })
-    return new AgentClient(backend, child, onLost)
+    let readFd: number | undefined
+    let writeFd: number | undefined
+    if (command.channel !== undefined) {
+      try {
+        readFd = openSync(command.channel, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK)
+        writeFd = openSync(command.channel, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK)
+      } catch (error) {
+        if (readFd !== undefined) closeSync(readFd)
+        throw error
+      } finally {
+        unlinkSync(command.channel)
+      }
+    }
+    try {
+      const child = spawnChild(command.file, [...command.args], {
+        cwd: command.cwd,
+        env: { ...command.env },
+        stdio: ["pipe", writeFd ?? "pipe", "pipe"]
+      })
+      return new AgentClient(backend, child, child.stdin!, readFd, onLost)
+    } catch (error) {
+      if (readFd !== undefined) closeSync(readFd)
+      throw error
+    } finally {
+      if (writeFd !== undefined) closeSync(writeFd)
+    }
   }
 
   /** Succeeds once the agent reported READY; fails with the reason it did not (e.g. bwrap's message). */
@@ -308,6 +375,8 @@ export class AgentClient {
   private die(reason: string): void {
     if (this.dead !== undefined) return
     this.dead = this.closing ? "the computer was closed" : reason
+    this.held.clear()
+    this.channel?.destroy()
     if (!this.closing) this.onLost?.(reason)
     const waiter = this.readyWaiter
     this.readyWaiter = undefined
@@ -338,7 +407,7 @@ export class AgentClient {
   }
 
   private send(type: number, id: number, payload?: Uint8Array): void {
-    if (this.dead === undefined) this.child.stdin.write(encodeFrame(type, id, payload))
+    if (this.dead === undefined) this.stdin.write(encodeFrame(type, id, payload))
   }
 
   /** Processes started and not yet exited. */
@@ -448,8 +517,23 @@ export class AgentClient {
    */
   release(id: number): void {
     this.entries.delete(id)
+    this.holdOutput(id, false)
     this.send(FrameType.Release, id)
     this.checkIdle()
+  }
+
+  /**
+   * Backpressure: while any process holds the output, the channel is not read, so the agent blocks
+   * on it and its processes block on their full pipes. Only for the FIFO channel.
+   */
+  holdOutput(id: number, hold: boolean): void {
+    const channel = this.channel
+    if (channel === undefined || this.dead !== undefined) return
+    const before = this.held.size
+    if (hold) this.held.add(id)
+    else this.held.delete(id)
+    if (before === 0 && this.held.size > 0) channel.pause()
+    else if (before > 0 && this.held.size === 0) channel.resume()
   }
 
   /** Signals every live process group. */
@@ -468,7 +552,7 @@ export class AgentClient {
   /** Ends the agent: closing its stdin makes it SIGKILL every group it started and exit. */
   readonly shutdown: Effect.Effect<void> = Effect.suspend(() => {
     this.closing = true
-    this.child.stdin.end()
+    this.stdin.end()
     return Effect.async<void>((resume) => {
       if (this.dead !== undefined) return resume(Effect.void)
       const waiter = () => resume(Effect.void)
@@ -483,6 +567,18 @@ export class AgentClient {
   })
 }
 
+// Node cannot create a FIFO itself.
+const mkfifo = (backend: string, path: string) =>
+  Effect.async<void, BackendError>((resume) => {
+    const child = execFile("mkfifo", ["-m", "600", path], { env: { PATH: "/usr/bin:/bin" }, timeout: 10_000 }, (error, _stdout, stderr) =>
+      resume(
+        error
+          ? Effect.fail(new BackendError({ backend, reason: `cannot create the agent's channel ${path}: ${stderr.trim() || error.message}` }))
+          : Effect.void
+      ))
+    return Effect.sync(() => child.kill("SIGKILL"))
+  })
+
 /**
  * Starts an agent that lives as long as the Scope; fails with the agent's own words when it cannot
  * start. `onLost` is called when the agent dies other than through `shutdown` (killed from outside).
@@ -493,6 +589,7 @@ export const make = (
   onLost?: (reason: string) => void
 ): Effect.Effect<AgentClient, BackendError, Scope.Scope> =>
   Effect.gen(function*() {
+    if (command.channel !== undefined) yield* mkfifo(backend, command.channel)
     const client = yield* Effect.acquireRelease(
       Effect.try({
         try: () => AgentClient.launch(backend, command, onLost),

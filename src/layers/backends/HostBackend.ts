@@ -27,7 +27,7 @@
  * `sandbox: "none"` runs the agent directly on the host (NOT isolated): cwd and HOME are the
  * workspace directory itself.
  */
-import { Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, Queue, Schema, Scope, Stream, Take } from "effect"
+import { Chunk, Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, Schema, Scope, Stream } from "effect"
 import { execFile } from "node:child_process"
 import { existsSync, lstatSync, readFileSync, readlinkSync } from "node:fs"
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises"
@@ -156,40 +156,114 @@ const checkBwrap = (bwrap: string | undefined, network: boolean) =>
     return yield* fail(`bwrap does not work on this host (${said}); ${NO_SANDBOX_HINT}.`)
   })
 
-interface EventSink {
-  readonly events: Stream.Stream<ProcessEvent>
-  readonly data: (data: Uint8Array) => void
-  readonly stderr: (data: Uint8Array) => void
-  readonly exit: (exit: ExitInfo) => void
-  readonly end: () => void
-}
+/** First size of a process's output buffer; it doubles as needed. */
+const BUFFER_INITIAL = 64 * 1024
+/** Buffered output past which the process's output is held back until its consumer pulls. */
+const BUFFER_HOLD = 4 * 1024 * 1024
+/** A buffer this big is dropped after a round that used little of it. */
+const BUFFER_SHRINK_ABOVE = 1024 * 1024
+const EMPTY_BUFFER = Buffer.alloc(0)
 
-/** Every event exactly once, buffered until read: Exit at most once, nothing after the end. */
-const makeSink = Effect.gen(function*() {
-  const queue = yield* Queue.unbounded<Take.Take<ProcessEvent>>()
-  let exited = false
-  let ended = false
-  const offer = (event: ProcessEvent) => {
-    if (!ended) Queue.unsafeOffer(queue, Take.of(event))
+type Pending =
+  | { readonly _tag: "Stdout" | "Stderr"; readonly start: number; end: number }
+  | Extract<ProcessEvent, { readonly _tag: "Exit" }>
+
+/**
+ * The events of one process, buffered until read: Exit at most once, nothing after the end.
+ *
+ * Aliasing rule: output is copied into one of two buffers, and each pull of `events` hands out
+ * everything gathered since the last one as a chunk of views into that buffer. That memory is
+ * filled again after the *next* pull, so a consumer must copy whatever it keeps of a chunk before
+ * it pulls again (ProcessActor's OutputLog and TerminalScreen copy). This keeps heavy output from
+ * allocating per read. When more than BUFFER_HOLD bytes wait, `hold(true)` stops the source
+ * (backpressure) until the consumer pulls.
+ */
+class EventSink {
+  private front: Buffer = EMPTY_BUFFER
+  private back: Buffer = EMPTY_BUFFER
+  private fill = 0
+  private pending: Array<Pending> = []
+  private exited = false
+  private ended = false
+  private holding = false
+  private wake: (() => void) | undefined
+  hold: (hold: boolean) => void = () => {}
+
+  readonly data = (data: Uint8Array) => this.push("Stdout", data)
+  readonly stderr = (data: Uint8Array) => this.push("Stderr", data)
+
+  readonly exit = (exit: ExitInfo) => {
+    if (this.exited || this.ended) return
+    this.exited = true
+    this.pending.push({ _tag: "Exit", exit })
+    this.notify()
   }
-  const sink: EventSink = {
-    events: Stream.fromQueue(queue).pipe(Stream.flattenTake),
-    data: (data) => offer({ _tag: "Stdout", data }),
-    stderr: (data) => offer({ _tag: "Stderr", data }),
-    exit: (exit) => {
-      if (exited) return
-      exited = true
-      offer({ _tag: "Exit", exit })
-    },
-    end: () => {
-      if (ended) return
-      if (!exited) sink.exit({ exitCode: null, signal: "SIGKILL" })
-      ended = true
-      Queue.unsafeOffer(queue, Take.end)
+
+  readonly end = () => {
+    if (this.ended) return
+    this.exit({ exitCode: null, signal: "SIGKILL" })
+    this.ended = true
+    this.setHolding(false)
+    this.notify()
+  }
+
+  private readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> = Effect.suspend(() => {
+    if (this.pending.length > 0) return Effect.succeed(this.take())
+    if (this.ended) return Effect.fail(Option.none())
+    return Effect.async<Chunk.Chunk<ProcessEvent>, Option.Option<never>>((resume) => {
+      // Resumed with `pull` itself: the chunk holds everything that arrived until the fiber runs.
+      this.wake = () => resume(this.pull)
+      return Effect.sync(() => {
+        this.wake = undefined
+      })
+    })
+  })
+
+  readonly events: Stream.Stream<ProcessEvent> = Stream.repeatEffectChunkOption(this.pull)
+
+  private push(tag: "Stdout" | "Stderr", data: Uint8Array) {
+    if (this.ended || data.byteLength === 0) return
+    const end = this.fill + data.byteLength
+    if (end > this.back.length) {
+      const grown = Buffer.allocUnsafeSlow(Math.max(end, 2 * this.back.length, BUFFER_INITIAL))
+      this.back.copy(grown, 0, 0, this.fill)
+      this.back = grown
     }
+    this.back.set(data, this.fill)
+    const last = this.pending[this.pending.length - 1]
+    if (last !== undefined && last._tag === tag && last.end === this.fill) last.end = end
+    else this.pending.push({ _tag: tag, start: this.fill, end })
+    this.fill = end
+    if (end >= BUFFER_HOLD) this.setHolding(true)
+    this.notify()
   }
-  return sink
-})
+
+  /** Hands out what is pending; the consumer is done with the previous chunk, whose buffer is refilled next. */
+  private take(): Chunk.Chunk<ProcessEvent> {
+    const buffer = this.back
+    const events = this.pending.map((event): ProcessEvent =>
+      event._tag === "Exit" ? event : { _tag: event._tag, data: buffer.subarray(event.start, event.end) }
+    )
+    this.pending = []
+    this.back = this.front.length > BUFFER_SHRINK_ABOVE && this.fill < BUFFER_INITIAL ? EMPTY_BUFFER : this.front
+    this.front = buffer
+    this.fill = 0
+    this.setHolding(false)
+    return Chunk.unsafeFromArray(events)
+  }
+
+  private setHolding(holding: boolean) {
+    if (this.holding === holding) return
+    this.holding = holding
+    this.hold(holding)
+  }
+
+  private notify() {
+    const wake = this.wake
+    this.wake = undefined
+    wake?.()
+  }
+}
 
 interface Computer {
   readonly client: AgentClient.AgentClient
@@ -221,8 +295,11 @@ const signalProcess = (computer: Computer, id: number) => (signal: string) =>
 
 const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
   Effect.gen(function*() {
-    const sink = yield* makeSink
+    const sink = new EventSink()
     const { client } = computer
+    let agentId: number | undefined
+    let heldEarly = false
+    sink.hold = (hold) => (agentId === undefined ? (heldEarly = hold) : client.holdOutput(agentId, hold))
     const { id, pid } = yield* Effect.acquireRelease(
       client.spawn({ argv: spec.argv, cwd: spec.cwd, env: spec.env }, {
         onStdout: sink.data,
@@ -232,6 +309,8 @@ const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
       }),
       ({ id }) => killOnClose(computer, id, sink)
     )
+    agentId = id
+    if (heldEarly) client.holdOutput(id, true)
     const process: BackendProcess = {
       pid,
       events: sink.events,
@@ -245,9 +324,10 @@ const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
 
 const spawnTty = (computer: Computer, spec: SpawnSpec, size: { readonly cols: number; readonly rows: number }) =>
   Effect.gen(function*() {
-    const sink = yield* makeSink
+    const sink = new EventSink()
     const { client } = computer
     let term: pty.IPty | undefined
+    sink.hold = (hold) => (hold ? term?.pause() : term?.resume())
     let ptyDone = false
     let started = false
     let received = 0
@@ -396,11 +476,22 @@ const writeMetadata = (computerDir: string, metadata: Metadata) =>
 /** Computer directories open in this process (a second agent would take over the first one's socket). */
 const openHere = new Set<string>()
 
-/** The running agent of a computer and the Scope it lives in (restart replaces both). */
-interface Agent {
-  readonly computer: Computer
-  readonly scope: Scope.CloseableScope
-  /** Set before a restart/destroy closes the scope: kill at once instead of SIGTERM + grace. */
+/**
+ * Runs `effect` in a new child Scope of `parent`, closed at once when the effect fails (so a failed
+ * step releases what it acquired without waiting for the parent), else with the parent or by hand.
+ */
+const inChildScope = <A, E>(parent: Scope.Scope, effect: Effect.Effect<A, E, Scope.Scope>) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
+    const value = yield* effect.pipe(
+      Scope.extend(scope),
+      Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
+    )
+    return { value, scope }
+  })
+
+interface RunningAgent extends Computer {
+  /** Set before a restart/destroy stops the agent: kill at once instead of SIGTERM + grace. */
   immediate: boolean
 }
 
@@ -484,7 +575,15 @@ export const make = (options: HostBackendOptions) =>
         catch: (error) => fail(`cannot create the workspace ${homeDir}: ${String(error)}`)
       })
 
-    const open = Effect.fn("HostBackend.open")(
+    // Whatever a failed open acquired is released at once, not with the caller's Scope.
+    const open = (spec: ComputerSpec) =>
+      Effect.scope.pipe(
+        Effect.flatMap((scope) => inChildScope(scope, openIn(spec))),
+        Effect.map(({ value }) => value),
+        Effect.withSpan("HostBackend.open")
+      )
+
+    const openIn = Effect.fnUntraced(
       function*(spec: ComputerSpec) {
         if (!COMPUTER_ID.test(spec.id)) return yield* fail(`invalid computer id '${spec.id}'`)
         const computerDir = join(computersDir, spec.id)
@@ -530,28 +629,18 @@ export const make = (options: HostBackendOptions) =>
           }
           : { file: binaries.agent, args: ["--socket", join(runDir, "agent.sock")], cwd: homeDir, env: MINIMAL_ENV }
 
-        const startAgent = Effect.gen(function*() {
-          const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
-          return yield* Effect.gen(function*() {
-            const client = yield* AgentClient.make(NAME, command, onLost)
-            const agent: Agent = {
-              computer: { client, binaries, socket: join(runDir, "agent.sock"), runDir },
-              scope,
-              immediate: false
-            }
-            yield* Effect.addFinalizer(() =>
-              agent.immediate ? Effect.sync(() => client.signalAll("SIGKILL")) : terminateAll(client)
-            )
-            return agent
-          }).pipe(
-            Scope.extend(scope),
-            Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
+        const startAgent = inChildScope(parent, Effect.gen(function*() {
+          const client = yield* AgentClient.make(NAME, command, onLost)
+          const agent: RunningAgent = { client, binaries, socket: join(runDir, "agent.sock"), runDir, immediate: false }
+          yield* Effect.addFinalizer(() =>
+            agent.immediate ? Effect.sync(() => client.signalAll("SIGKILL")) : terminateAll(client)
           )
-        })
+          return agent
+        }))
 
         let agent = yield* startAgent
         const stopAgent = Effect.suspend(() => {
-          agent.immediate = true
+          agent.value.immediate = true
           return Scope.close(agent.scope, Exit.void)
         })
         // restart, factoryReset and destroy one at a time.
@@ -578,7 +667,7 @@ export const make = (options: HostBackendOptions) =>
           spawn: (spec) =>
             Effect.suspend(() => {
               if (destroyed) return fail(`the computer was destroyed`)
-              const { computer } = agent
+              const computer = agent.value
               return spec.tty ? spawnTty(computer, spec, spec.tty) : spawnPipes(computer, spec)
             }),
           restart: recreate(false),

@@ -2,6 +2,7 @@ import { Effect, Schema } from "effect"
 import { ComputerInfo, Computers } from "../../services/Computers.js"
 import { Files } from "../../services/Files.js"
 import { defaultReadBytes, maxFileBytes } from "../FileTransfer.js"
+import * as Dashboard from "./Dashboard.js"
 import * as Tool from "./Tool.js"
 
 const ComputerId = Schema.String.annotations({ description: "The computer's id (slug)" })
@@ -26,9 +27,10 @@ const annotations = (title: string, readOnly: boolean, destructive: boolean, ide
   openWorldHint: false
 })
 
-const inventory = Effect.flatMap(Computers, (computers) => computers.list).pipe(
-  Effect.map((list) => ({ computers: list, count: list.length }))
-)
+const inventory = (session: string) =>
+  Effect.flatMap(Computers, (computers) => computers.list(session)).pipe(
+    Effect.map((list) => ({ computers: list, count: list.length }))
+  )
 
 const created = (computer: { readonly id: string; readonly providerId: string; readonly temporary: boolean }) => ({
   ok: true,
@@ -41,12 +43,15 @@ const created = (computer: { readonly id: string; readonly providerId: string; r
 export const make = () => [
   Tool.make({
     name: "computer_dashboard",
-    description: "Open the sandbox computer dashboard: the inventory of computers (state, backend, image, " +
-      "temporary/permanent, created time, live processes).",
+    description: "Open the interactive MCP App dashboard of sandbox computers: the inventory (state, backend, " +
+      "image, temporary/permanent, created time, live processes), with create, restart, reset, delete, a " +
+      "command runner and each computer's processes.",
     input: Schema.Struct({}),
     output: Inventory,
     annotations: annotations("Sandbox Computer Dashboard", true, false, true),
-    handle: () => inventory
+    // Both keys: the specification's, and the flat one older hosts read.
+    meta: { ui: { resourceUri: Dashboard.resourceUri, visibility: ["model", "app"] }, "ui/resourceUri": Dashboard.resourceUri },
+    handle: (_input, context) => inventory(context.session)
   }),
   Tool.make({
     name: "computer_list",
@@ -55,7 +60,7 @@ export const make = () => [
     input: Schema.Struct({}),
     output: Inventory,
     annotations: annotations("List computers", true, false, true),
-    handle: () => inventory
+    handle: (_input, context) => inventory(context.session)
   }),
   Tool.make({
     name: "computer_create",
@@ -63,7 +68,10 @@ export const make = () => [
       "always makes a new computer with a readable random id.",
     input: Schema.Struct({
       computer_id: Schema.optional(ComputerId),
-      temporary: Schema.optionalWith(Temporary, { default: () => true })
+      temporary: Schema.optionalWith(Temporary, { default: () => true }),
+      shared: Schema.optional(Schema.Boolean.annotations({
+        description: "Let other MCP sessions use this temporary computer by its id (permanent computers always can)"
+      }))
     }),
     output: Created,
     annotations: annotations("Create a computer", false, false, true),

@@ -4,7 +4,12 @@ import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
 import {
   CallToolRequestSchema,
   type CallToolResult,
+  ErrorCode,
+  ListResourcesRequestSchema,
   ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type ServerCapabilities,
   type ServerNotification,
   type ServerRequest
 } from "@modelcontextprotocol/sdk/types.js"
@@ -13,8 +18,10 @@ import { Cause, Deferred, Effect, Exit, ParseResult, Runtime, Schema } from "eff
 import { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
 import type { Processes, ProgressReporter } from "../../services/Processes.js"
+import { CurrentProgress } from "../../services/Progress.js"
 import { Settings } from "../../services/Settings.js"
 import * as ComputerTools from "./ComputerTools.js"
+import * as Dashboard from "./Dashboard.js"
 import * as ProcessTools from "./ProcessTools.js"
 import * as Tool from "./Tool.js"
 
@@ -43,16 +50,38 @@ export const makeServer = Effect.gen(function*() {
     description: tool.description,
     inputSchema: Tool.jsonSchema(tool.input),
     outputSchema: Tool.jsonSchema(tool.output),
-    annotations: tool.annotations
+    annotations: tool.annotations,
+    ...(tool.meta ? { _meta: tool.meta } : {})
   }))
 
   const server = new Server(serverInfo, {
-    capabilities: { tools: {} },
+    capabilities: {
+      tools: {},
+      resources: {},
+      // MCP Apps: this server's UI resources are HTML apps.
+      extensions: { "io.modelcontextprotocol/ui": { mimeTypes: [Dashboard.mimeType] } }
+    } as ServerCapabilities,
     instructions: "kilntainers gives you isolated Linux computers. Use sandbox_exec for one-shot commands, " +
       "spawn/stdin/stdout/wait/kill/ps for long-running and interactive processes."
   })
 
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: listed }))
+
+  const dashboard = {
+    uri: Dashboard.resourceUri,
+    name: "computers",
+    title: "Sandbox Computer Dashboard",
+    description: "Interactive dashboard of the sandbox computers (MCP App)",
+    mimeType: Dashboard.mimeType,
+    _meta: Dashboard.resourceMeta
+  }
+  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [dashboard] }))
+  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
+    if (request.params.uri !== Dashboard.resourceUri) {
+      throw new McpError(ErrorCode.InvalidParams, `unknown resource '${request.params.uri}'`)
+    }
+    return { contents: [{ uri: Dashboard.resourceUri, mimeType: Dashboard.mimeType, text: Dashboard.html, _meta: Dashboard.resourceMeta }] }
+  })
 
   server.setRequestHandler(
     CallToolRequestSchema,
@@ -71,6 +100,7 @@ export const makeServer = Effect.gen(function*() {
           message: `invalid arguments for ${tool.name}: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
         })),
         Effect.flatMap((input) => tool.handle(input, { session, progress })),
+        Effect.locally(CurrentProgress, progress),
         Effect.flatMap((output) => Schema.encode(tool.output)(output).pipe(Effect.orDie)),
         Effect.map((encoded): CallToolResult => ({
           content: text(JSON.stringify(encoded, null, 2)),
@@ -98,17 +128,18 @@ export const makeServer = Effect.gen(function*() {
  * Serves one MCP session over a transport until the client goes away (transport closed), then
  * releases the session's temporary computers. Interrupting it closes the transport.
  */
-export const serve = (transport: Transport, session: string) =>
+export const serve = (transport: Transport, session: string, onConnected: Effect.Effect<void> = Effect.void) =>
   Effect.gen(function*() {
     const computers = yield* Computers
     const server = yield* makeServer
     const closed = yield* Deferred.make<void>()
     server.onclose = () => Deferred.unsafeDone(closed, Exit.void)
+    yield* Effect.addFinalizer(() => computers.release(session))
     yield* Effect.acquireRelease(
       Effect.promise(() => server.connect(transport)),
-      () => Effect.promise(() => server.close()).pipe(Effect.ignore)
+      () => Effect.promise(() => server.close()).pipe(Effect.timeout("5 seconds"), Effect.interruptible, Effect.ignore)
     )
-    yield* Effect.addFinalizer(() => computers.release(session))
+    yield* onConnected
     yield* Deferred.await(closed)
   }).pipe(Effect.scoped)
 

@@ -1,7 +1,8 @@
 import { Effect, Schema } from "effect"
 import { describeEscapes } from "../../actors/StdinEscapes.js"
 import { OutputView, ProcessInfo, ProcessStatus, ScreenView, StreamSlice } from "../../domain/Process.js"
-import { InvalidInput } from "../../domain/Errors.js"
+import { InvalidInput, ProcessNotFound } from "../../domain/Errors.js"
+import { Computers } from "../../services/Computers.js"
 import { Processes } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as Tool from "./Tool.js"
@@ -22,21 +23,24 @@ const OnComputer = Schema.optional(Schema.String.annotations({
   description: "The computer the process runs on (optional; checked when given)"
 }))
 
-/** A process tool's optional computer_id must name the process's computer. */
-const onComputer = (id: string, computerId: string | undefined) =>
-  computerId === undefined
-    ? Effect.void
-    : Effect.flatMap(Processes, (processes) => processes.get(id)).pipe(
-      Effect.flatMap((actor) =>
-        actor.computerId === computerId
-          ? Effect.void
-          : new InvalidInput({ message: `process '${id}' runs on computer '${actor.computerId}', not '${computerId}'` })
-      )
-    )
+/**
+ * A process is reachable from a session only on a computer that session may use (its own, shared
+ * or permanent ones); a given computer_id must name the process's computer.
+ */
+const onComputer = (id: string, computerId: string | undefined, session: string) =>
+  Effect.gen(function*() {
+    const actor = yield* Effect.flatMap(Processes, (processes) => processes.get(id))
+    const allowed = yield* Effect.flatMap(Computers, (computers) => computers.canAccess(session, actor.computerId))
+    if (!allowed) return yield* new ProcessNotFound({ id })
+    if (computerId !== undefined && actor.computerId !== computerId) {
+      return yield* new InvalidInput({ message: `process '${id}' runs on computer '${actor.computerId}', not '${computerId}'` })
+    }
+  })
+
 const Int = Schema.Number.pipe(Schema.int())
 const NonNegativeInt = Int.pipe(Schema.greaterThanOrEqualTo(0))
 const Size = Int.pipe(Schema.between(2, 1000))
-const MaxBytes = Schema.optional((Int.pipe(Schema.between(1, 16 * 1024 * 1024))).annotations({
+const MaxBytes = Schema.optional(Int.pipe(Schema.between(1, 16 * 1024 * 1024)).annotations({
   description: "Most bytes of each stream to return inline (default 16384); longer output keeps its head and tail"
 }))
 
@@ -122,8 +126,14 @@ export const make = (settings: SettingsShape) => [
     }),
     output: Schema.Struct({ processes: Schema.Array(ProcessInfo) }),
     annotations: annotations("List processes", true, false, true),
-    handle: (input) =>
-      Effect.flatMap(Processes, (processes) => processes.list(input)).pipe(Effect.map((list) => ({ processes: list })))
+    handle: (input, context) =>
+      Effect.gen(function*() {
+        const processes = yield* Processes
+        const computers = yield* Computers
+        const all = yield* processes.list(input)
+        const visible = yield* Effect.filter(all, (info) => computers.canAccess(context.session, info.computer_id))
+        return { processes: visible }
+      })
   }),
   Tool.make({
     name: "stdin",
@@ -137,8 +147,8 @@ export const make = (settings: SettingsShape) => [
     }),
     output: Schema.Struct({ id: Schema.String, bytes: Schema.Number, eof: Schema.Boolean }),
     annotations: annotations("Send input", false, false, false),
-    handle: (input) =>
-      onComputer(input.id, input.computer_id).pipe(
+    handle: (input, context) =>
+      onComputer(input.id, input.computer_id, context.session).pipe(
         Effect.zipRight(Effect.flatMap(Processes, (processes) => processes.stdin(input.id, input.input, input.eof)))
       )
   }),
@@ -159,8 +169,8 @@ export const make = (settings: SettingsShape) => [
     }),
     output: ReadResult,
     annotations: annotations("Read output", true, false, true),
-    handle: (input) =>
-      Effect.zipRight(onComputer(input.id, input.computer_id), Effect.flatMap(Processes, (processes) =>
+    handle: (input, context) =>
+      Effect.zipRight(onComputer(input.id, input.computer_id, context.session), Effect.flatMap(Processes, (processes) =>
         processes.read(input.id, {
           stdoutCursor: input.stdoutCursor,
           stderrCursor: input.stderrCursor,
@@ -186,8 +196,8 @@ export const make = (settings: SettingsShape) => [
       exitSignal: Schema.NullOr(Schema.String)
     }),
     annotations: annotations("Signal a process", false, true, false),
-    handle: (input) =>
-      Effect.zipRight(onComputer(input.id, input.computer_id), Effect.flatMap(Processes, (processes) => processes.kill(input.id, input.signal)))
+    handle: (input, context) =>
+      Effect.zipRight(onComputer(input.id, input.computer_id, context.session), Effect.flatMap(Processes, (processes) => processes.kill(input.id, input.signal)))
   }),
   Tool.make({
     name: "wait",
@@ -212,7 +222,7 @@ export const make = (settings: SettingsShape) => [
     }),
     annotations: annotations("Wait for a process", true, false, false),
     handle: (input, context) =>
-      Effect.zipRight(onComputer(input.id, input.computer_id), Effect.flatMap(Processes, (processes) => processes.wait(input, context.progress)))
+      Effect.zipRight(onComputer(input.id, input.computer_id, context.session), Effect.flatMap(Processes, (processes) => processes.wait(input, context.progress)))
   }),
   Tool.make({
     name: "sandbox_exec",

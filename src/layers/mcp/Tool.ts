@@ -25,6 +25,8 @@ export interface Tool<I, O, R> {
   readonly input: Schema.Schema<I, any>
   readonly output: Schema.Schema<O, any>
   readonly annotations: ToolAnnotations
+  /** Extra `_meta` of the tool in tools/list (e.g. an MCP App's resource). */
+  readonly meta?: Record<string, unknown> | undefined
   readonly handle: (input: I, context: ToolContext) => Effect.Effect<O, { readonly _tag: string; readonly message: string }, R>
 }
 
