@@ -3,7 +3,23 @@ import { existsSync } from "node:fs"
 import { binPath, type Harness, processesWith, startServer, waitFor } from "../support/McpHarness.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
-const toolNames = ["kill", "ps", "sandbox_exec", "spawn", "stdin", "stdout", "wait"]
+const toolNames = [
+  "computer_create",
+  "computer_dashboard",
+  "computer_delete",
+  "computer_factory_reset",
+  "computer_list",
+  "computer_restart",
+  "file_read",
+  "file_write",
+  "kill",
+  "ps",
+  "sandbox_exec",
+  "spawn",
+  "stdin",
+  "stdout",
+  "wait"
+]
 
 describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm run build)")("stdio MCP server end to end", () => {
   let server: Harness

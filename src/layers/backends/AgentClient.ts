@@ -8,7 +8,7 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 import { execFile, spawn as spawnChild, type ChildProcess } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { closeSync, constants as fsConstants, openSync, unlinkSync } from "node:fs"
+import { closeSync, constants as fsConstants, openSync, rmSync, unlinkSync } from "node:fs"
 import { type OnReadOpts, Socket, type SocketConstructorOpts } from "node:net"
 import { constants } from "node:os"
 import type { Writable } from "node:stream"
@@ -567,9 +567,10 @@ export class AgentClient {
   })
 }
 
-// Node cannot create a FIFO itself.
+// Node cannot create a FIFO itself. One left behind by a crash is replaced.
 const mkfifo = (backend: string, path: string) =>
   Effect.async<void, BackendError>((resume) => {
+    rmSync(path, { force: true })
     const child = execFile("mkfifo", ["-m", "600", path], { env: { PATH: "/usr/bin:/bin" }, timeout: 10_000 }, (error, _stdout, stderr) =>
       resume(
         error

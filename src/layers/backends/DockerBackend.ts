@@ -51,6 +51,7 @@
  * or busybox) lets the SIGKILL on close also reach processes that left the group.
  */
 import Docker from "dockerode"
+import type { Scope } from "effect"
 import { Deferred, Effect, Either, Layer, Queue, Ref } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 import { hostname } from "node:os"
@@ -603,7 +604,7 @@ export const make = (options: DockerBackendOptions) =>
         }
       }).pipe(Effect.mapError((error) => ("_tag" in error ? error : fromEngine(error))))
 
-    const spawn = (live: Live) => (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | BackendError, import("effect").Scope.Scope> =>
+    const spawn = (live: Live) => (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | BackendError, Scope.Scope> =>
       Effect.gen(function*() {
         const command = spec.argv.join(" ")
         if (live.gone !== undefined) return yield* fail(`computer ${live.spec.id} is gone: ${live.gone}`)
@@ -649,8 +650,14 @@ export const make = (options: DockerBackendOptions) =>
       })
 
     // ---- computers ----------------------------------------------------------------------------
+    /** SIGKILLs the computer's processes (bounded): used when the container stays. */
     const endProcesses = (live: Live) =>
       Effect.forEach([...live.processes], (process) => process.terminate, { concurrency: "unbounded", discard: true })
+    /** Drops the processes' connections: used when the engine is about to kill them all anyway. */
+    const dropProcesses = (live: Live) =>
+      Effect.sync(() => {
+        for (const process of live.processes) process.abort()
+      })
 
     const busy = <A, E>(live: Live, effect: Effect.Effect<A, E>) =>
       Effect.acquireUseRelease(
@@ -723,8 +730,12 @@ export const make = (options: DockerBackendOptions) =>
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {
           registry.delete(live.containerId)
-          yield* endProcesses(live)
-          if (live.destroyed || !spec.temporary) return
+          // A permanent container stays: its processes are killed. A temporary one is removed, which
+          // kills them anyway (also when it was stopped from outside).
+          if (live.destroyed || !spec.temporary) {
+            return yield* (live.gone === undefined ? endProcesses(live) : dropProcesses(live))
+          }
+          yield* dropProcesses(live)
           yield* removeContainer(live.containerId).pipe(
             Effect.interruptible,
             Effect.timeout(REMOVE_TIMEOUT),
@@ -740,7 +751,7 @@ export const make = (options: DockerBackendOptions) =>
       )
       const restart = usable.pipe(
         Effect.andThen(busy(live, Effect.gen(function*() {
-          yield* endProcesses(live)
+          yield* dropProcesses(live)
           yield* call("restart the container", (signal) => docker.getContainer(live.containerId).restart({ t: 5, abortSignal: signal })).pipe(
             Effect.mapError(fromEngine)
           )
@@ -748,7 +759,7 @@ export const make = (options: DockerBackendOptions) =>
       )
       const factoryReset = usable.pipe(
         Effect.andThen(busy(live, Effect.gen(function*() {
-          yield* endProcesses(live)
+          yield* dropProcesses(live)
           yield* ensureImage(live.image)
           registry.delete(live.containerId)
           yield* removeContainer(live.containerId)
@@ -769,7 +780,7 @@ export const make = (options: DockerBackendOptions) =>
         live.destroyed = true
         live.gone ??= "it was deleted"
         registry.delete(live.containerId)
-        yield* endProcesses(live)
+        yield* dropProcesses(live)
         yield* removeContainer(live.containerId)
       })
       const computer: BackendComputer = {

@@ -278,11 +278,17 @@ export const start = (options: {
     const terminate = Effect.suspend(() => {
       if (ended) return Effect.void
       delivered.add(9)
-      return (host.current() ? host.kill(pid, "SIGKILL", true) : Effect.void).pipe(
-        Effect.catchAll((error) => Effect.logWarning(`${host.backend} backend: cannot kill process ${pid}: ${error.reason}`)),
-        Effect.andThen(Deferred.await(finished).pipe(Effect.timeout("3 seconds"))),
+      // Runs in finalizers: every wait is made interruptible and bounded.
+      const kill = host.current()
+        ? host.kill(pid, "SIGKILL", true).pipe(
+          Effect.interruptible,
+          Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => fail("no answer within 5 s") }),
+          Effect.catchAll((error) => Effect.logWarning(`${host.backend} backend: cannot kill process ${pid}: ${error.reason}`))
+        )
+        : Effect.void
+      return kill.pipe(
+        Effect.andThen(Deferred.await(finished).pipe(Effect.interruptible, Effect.timeout("3 seconds"))),
         Effect.ignore,
-        Effect.interruptible,
         Effect.ensuring(Effect.sync(() => {
           socket.destroy()
           end({ exitCode: null, signal: "SIGKILL" })

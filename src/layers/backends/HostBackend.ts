@@ -613,6 +613,8 @@ export const make = (options: HostBackendOptions) =>
         const lost = yield* Deferred.make<string>()
         const onLost = (reason: string) =>
           Deferred.unsafeDone(lost, Exit.succeed(`computer '${spec.id}' was lost: ${reason}`))
+        // Outside the sandbox's mounts: processes inside cannot reach the agent's output channel.
+        const channel = join(computerDir, "agent.fifo")
         const command: AgentClient.AgentCommand = sandboxed && bwrap !== undefined
           ? {
             file: bwrap,
@@ -625,9 +627,10 @@ export const make = (options: HostBackendOptions) =>
               "--", SANDBOX_AGENT, "--socket", `${SANDBOX_RUN}/agent.sock`
             ],
             cwd: homeDir,
-            env: MINIMAL_ENV
+            env: MINIMAL_ENV,
+            channel
           }
-          : { file: binaries.agent, args: ["--socket", join(runDir, "agent.sock")], cwd: homeDir, env: MINIMAL_ENV }
+          : { file: binaries.agent, args: ["--socket", join(runDir, "agent.sock")], cwd: homeDir, env: MINIMAL_ENV, channel }
 
         const startAgent = inChildScope(parent, Effect.gen(function*() {
           const client = yield* AgentClient.make(NAME, command, onLost)

@@ -106,13 +106,8 @@ export const makeServer = Effect.gen(function*() {
           content: text(JSON.stringify(encoded, null, 2)),
           structuredContent: encoded as Record<string, unknown>
         })),
-        Effect.catchAll((error) =>
-          Effect.succeed<CallToolResult>({
-            isError: true,
-            content: text(`${error._tag}: ${error.message}`),
-            structuredContent: { error: error._tag, message: error.message }
-          })
-        )
+        // No structuredContent on errors: clients validate it against the tool's outputSchema.
+        Effect.catchAll((error) => Effect.succeed(errorResult(`${error._tag}: ${error.message}`)))
       )
       const exit = await run(program, { signal: extra.signal })
       if (Exit.isSuccess(exit)) return exit.value

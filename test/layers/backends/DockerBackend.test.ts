@@ -64,8 +64,8 @@ const inspect = (id: string) => Effect.promise(() => docker().getContainer(id).i
 const exists = (id: string) =>
   Effect.promise(() => docker().getContainer(id).inspect().then(() => true, () => false))
 
-/** Waits until `read` returns text containing `needle` (bounded). */
-const eventually = <A>(effect: Effect.Effect<A>, ok: (a: A) => boolean, what: string, millis = 10_000) =>
+/** Runs `effect` until its value is `ok` (bounded). */
+const eventually = <A, E>(effect: Effect.Effect<A, E>, ok: (a: A) => boolean, what: string, millis = 10_000) =>
   Effect.gen(function*() {
     const deadline = Date.now() + millis
     for (;;) {
@@ -453,11 +453,26 @@ describeIf(dockerWorks, "a Docker engine with the debian:bookworm-slim test imag
       const attempt = yield* Effect.either(Effect.scoped(Effect.flatMap(computer.spawn(spec(["echo", "alive"])), collect)))
       assert.isBelow(Date.now() - started, 10_000)
       if (Either.isLeft(attempt)) assert.include(attempt.left.message, "limit")
+      else assert.strictEqual(attempt.right.stdout, "alive\n")
+      console.log(`fork bomb: a new spawn answered in ${Date.now() - started} ms: ${Either.isLeft(attempt) ? attempt.left.message : "ran"}`)
       // Restarting the computer is the way out; afterwards it works again.
       yield* Fiber.interrupt(bombEvents)
       yield* computer.restart
       const after = yield* exec(computer, ["echo", "alive"])
       assert.strictEqual(after.stdout, "alive\n")
+
+      // The classic bomb keeps forking as slots free up.
+      const classic = yield* computer.spawn(spec(["bash", "-c", ":(){ :|:& };:"]))
+      const classicEvents = yield* Effect.fork(collect(classic))
+      yield* eventually(top, (t) => t.Processes.length >= 90, "the classic bomb to fill the limit", 20_000)
+      assert.isAtMost((yield* top).Processes.length, 100)
+      const again = Date.now()
+      const second = yield* Effect.either(Effect.scoped(Effect.flatMap(computer.spawn(spec(["echo", "alive"])), collect)))
+      assert.isBelow(Date.now() - again, 15_000)
+      console.log(`classic fork bomb: a new spawn answered in ${Date.now() - again} ms: ${Either.isLeft(second) ? second.left.message : "ran"}`)
+      yield* Fiber.interrupt(classicEvents)
+      yield* computer.restart
+      assert.strictEqual((yield* exec(computer, ["echo", "alive"])).stdout, "alive\n")
     }).pipe(Effect.provide(backendLayer({ pidsLimit: 100 }))), 90_000)
 
   it.scopedLive("a container removed from outside is reported through lost and its processes end", () =>

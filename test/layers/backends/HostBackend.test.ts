@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Option, Scope, Stream } from "effect"
+import { createHash } from "node:crypto"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -499,6 +500,30 @@ describe("HostBackend", () => {
         // A dead server's permanent computer can be opened by this one.
         const computer = yield* backend.open({ id: "dead-perm", temporary: false })
         assert.strictEqual((yield* runIn(computer, ["true"])).exit?.exitCode, 0)
+      }))
+    it.scopedLive("holds back heavy output until it is read, then delivers every byte in order", () =>
+      Effect.gen(function*() {
+        const computer = yield* openComputer()
+        const process = yield* computer.spawn(spec(["seq", "1", "3000000"]))
+        // Nobody reads yet: seq blocks on its pipe once the buffers are full instead of the server's memory growing.
+        yield* Effect.sleep("500 millis")
+        assert.strictEqual(hostProcesses(["seq", "1", "3000000"]).length, 1)
+        // Another process of the computer waits meanwhile (one channel), and runs once the first is read.
+        const other = yield* Effect.fork(runIn(computer, ["echo", "other"]))
+        const hasher = createHash("sha256")
+        let bytes = 0
+        yield* Stream.runForEach(process.events, (event) =>
+          Effect.sync(() => {
+            if (event._tag === "Stdout") {
+              hasher.update(event.data)
+              bytes += event.data.byteLength
+            }
+          }))
+        let expected = ""
+        for (let i = 1; i <= 3000000; i++) expected += `${i}\n`
+        assert.strictEqual(bytes, expected.length)
+        assert.strictEqual(hasher.digest("hex"), createHash("sha256").update(expected).digest("hex"))
+        assert.strictEqual((yield* Fiber.join(other)).stdout, "other\n")
       }))
   })
 

@@ -9,7 +9,6 @@
  * `computer_dashboard` result goes to the app once it has sent `ui/notifications/initialized`.
  */
 import { AppBridge, getToolUiResourceUri, PostMessageTransport, RESOURCE_MIME_TYPE } from "@modelcontextprotocol/ext-apps/app-bridge"
-import type { McpUiHostContext } from "@modelcontextprotocol/ext-apps/app-bridge"
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js"
 
 export interface DashboardHost {
@@ -79,11 +78,11 @@ const start = async () => {
   iframe.title = tool.title ?? tool.name
   document.getElementById("frame-slot")!.append(iframe)
 
-  const hostContext: McpUiHostContext = {
-    theme,
-    platform: "web",
-    displayMode: "inline",
-    availableDisplayModes: ["inline"],
+  const hostContext = {
+    theme: theme as "light" | "dark",
+    platform: "web" as const,
+    displayMode: "inline" as const,
+    availableDisplayModes: ["inline" as const],
     locale: "en-US",
     containerDimensions: { maxHeight: 2000, width: iframe.clientWidth },
     toolInfo: { tool }
@@ -100,9 +99,11 @@ const start = async () => {
     calls.push({ name: params.name, arguments: args })
     return window.mcpCallTool(params.name, args)
   }
-  bridge.addEventListener("sizechange", ({ height }) => {
+  // (The on* setters rather than addEventListener: ext-apps 1.7's .d.ts files import "./events"
+  // without an extension, which NodeNext resolution cannot follow, so the inherited methods are untyped.)
+  bridge.onsizechange = ({ height }: { height?: number | undefined }) => {
     if (height !== undefined) iframe.style.height = `${Math.min(Math.max(height, 200), 2000)}px`
-  })
+  }
   const host: DashboardHost = {
     bridge,
     iframe,
@@ -120,12 +121,12 @@ const start = async () => {
       document.getElementById("foreign-slot")!.append(foreign)
     }
   }
-  bridge.addEventListener("initialized", () => {
+  bridge.oninitialized = () => {
     host.initialized = true
     status("· app initialized")
     void bridge.sendToolInput({ arguments: {} })
     void bridge.sendToolResult(toolResult)
-  })
+  }
   // Listen before the app's document exists, so its ui/initialize cannot be missed. The iframe's
   // WindowProxy stays the same when srcdoc navigates it.
   await bridge.connect(new PostMessageTransport(iframe.contentWindow!, iframe.contentWindow!))

@@ -1,0 +1,96 @@
+// Exec round trip of `true` on a warm container, three ways, interleaved:
+//   (1) the Docker backend's computer.spawn, events drained to Exit (wrapper + env -i + header),
+//   (2) a bare Engine API exec issued here with dockerode: create + start + wait for the end + inspect,
+//   (3) the `docker exec <container> true` CLI.
+// p50/p99 of each and the ratios. Run after `npm run build` (uses dist/), or without a build:
+// `npx vite-node bench/docker-exec.mjs`. Options: --runs N (default 100), --image IMAGE.
+import { execFile } from "node:child_process"
+import Docker from "dockerode"
+import { Effect, Exit, Layer, Scope, Stream } from "effect"
+
+const load = (built, source) => built().catch(source)
+const DockerBackend = await load(
+  () => import("../dist/src/layers/backends/DockerBackend.js"),
+  () => import("../src/layers/backends/DockerBackend.ts")
+)
+const { Backend } = await load(() => import("../dist/src/services/Backend.js"), () => import("../src/services/Backend.ts"))
+
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(name)
+  return i >= 0 ? process.argv[i + 1] : fallback
+}
+const runs = Number(arg("--runs", "100"))
+const image = arg("--image", "debian:bookworm-slim")
+const env = { PATH: "/usr/local/bin:/usr/bin:/bin" }
+
+const scope = Effect.runSync(Scope.make())
+const context = await Effect.runPromise(Layer.buildWithScope(DockerBackend.layer({
+  engine: "docker",
+  dockerHost: undefined,
+  image,
+  cpu: undefined,
+  memory: undefined,
+  pidsLimit: 512,
+  network: false,
+  runFlags: [],
+  instanceId: `bench-${process.pid}`
+}), scope))
+const backend = context.unsafeMap.get(Backend.key)
+const computer = await Effect.runPromise(Scope.extend(backend.open({ id: `bench-${process.pid}`, temporary: true }), scope))
+const container = new Docker({ socketPath: "/var/run/docker.sock" }).getContainer(computer.providerId)
+
+const viaBackend = () =>
+  Effect.runPromise(Effect.scoped(Effect.flatMap(
+    computer.spawn({ argv: ["true"], cwd: "/home/agent", env }),
+    (p) => p.events.pipe(Stream.runDrain)
+  )))
+
+const bareExec = async () => {
+  const exec = await container.exec({ Cmd: ["true"], AttachStdout: true, AttachStderr: true })
+  const stream = await exec.start({})
+  await new Promise((resolve, reject) => {
+    stream.on("end", resolve)
+    stream.on("error", reject)
+    stream.resume()
+  })
+  const info = await exec.inspect()
+  if (info.ExitCode !== 0) throw new Error(`exit code ${info.ExitCode}`)
+}
+
+const cli = () =>
+  new Promise((resolve, reject) =>
+    execFile("docker", ["exec", computer.providerId, "true"], (error) => (error ? reject(error) : resolve()))
+  )
+
+const time = async (f) => {
+  const t = process.hrtime.bigint()
+  await f()
+  return Number(process.hrtime.bigint() - t) / 1e6
+}
+const percentile = (values, p) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
+}
+
+for (let i = 0; i < 10; i++) {
+  await viaBackend()
+  await bareExec()
+  await cli()
+}
+const times = { backend: [], bare: [], cli: [] }
+for (let i = 0; i < runs; i++) {
+  times.bare.push(await time(bareExec))
+  times.backend.push(await time(viaBackend))
+  times.cli.push(await time(cli))
+}
+const row = (name, values) =>
+  `${name.padEnd(44)} p50 ${percentile(values, 50).toFixed(2).padStart(8)} ms   p99 ${percentile(values, 99).toFixed(2).padStart(8)} ms`
+const ratio = (a, b, p) => (percentile(a, p) / percentile(b, p)).toFixed(2)
+console.log(`exec of \`true\` on a warm container (${runs} runs each, interleaved; image ${image})`)
+console.log(row("(1) DockerBackend computer.spawn + events", times.backend))
+console.log(row("(2) bare Engine API exec (dockerode)", times.bare))
+console.log(row("(3) docker exec CLI", times.cli))
+console.log(`ratios p50: backend/bare ${ratio(times.backend, times.bare, 50)}x, backend/cli ${ratio(times.backend, times.cli, 50)}x, cli/bare ${ratio(times.cli, times.bare, 50)}x`)
+console.log(`ratios p99: backend/bare ${ratio(times.backend, times.bare, 99)}x, backend/cli ${ratio(times.backend, times.cli, 99)}x, cli/bare ${ratio(times.cli, times.bare, 99)}x`)
+
+await Effect.runPromise(Scope.close(scope, Exit.void))
