@@ -3,12 +3,13 @@
 //   (2) a bare Engine API exec issued here with dockerode: create + start + wait for the end + inspect,
 //   (3) the `docker exec <container> true` CLI.
 // p50/p99 of each and the ratios. Run after `npm run build` (uses dist/), or without a build:
-// `npx vite-node bench/docker-exec.mjs`. Options: --runs N (default 100), --image IMAGE.
+// `npx vite-node bench/docker-exec.mjs`. Options: --runs N (default 100), --image IMAGE, --source (load
+// src/ even when dist/ exists; needs vite-node).
 import { execFile } from "node:child_process"
 import Docker from "dockerode"
 import { Effect, Exit, Layer, Scope, Stream } from "effect"
 
-const load = (built, source) => built().catch(source)
+const load = (built, source) => (process.argv.includes("--source") ? source() : built().catch(source))
 const DockerBackend = await load(
   () => import("../dist/src/layers/backends/DockerBackend.js"),
   () => import("../src/layers/backends/DockerBackend.ts")

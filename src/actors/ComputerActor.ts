@@ -229,7 +229,7 @@ export const make = (
       lostReason: Effect.sync(() => lostReason),
       spawn,
       run,
-      liveProcesses: Effect.forEach([...live.values()], (actor) => actor.status).pipe(
+      liveProcesses: Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
         Effect.map((statuses) => statuses.filter((status) => status === "running").length)
       ),
       restart: lifecycleStep("restarting", `computer ${options.id} restarted`, backend.restart),

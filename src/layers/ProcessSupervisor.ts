@@ -287,7 +287,8 @@ export const layer = Layer.effect(
     const matchPattern = (actor: ProcessActor, regex: RegExp) =>
       Effect.scoped(Effect.gen(function*() {
         const live = yield* actor.subscribe
-        const current = yield* actor.read({ maxBytes: 1024 * 1024 })
+        // Raw bytes (a TTY's too): the rendered screen trims trailing spaces a prompt may end with.
+        const current = yield* actor.read({ stdoutCursor: 0, stderrCursor: 0, maxBytes: 1024 * 1024 })
         let window = (current.screen?.text ?? "") + "\n" + current.stdout.text + "\n" + current.stderr.text
         const first = window.replace(ansi, "").match(regex)
         if (first) return first[0]

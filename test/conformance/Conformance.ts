@@ -1,7 +1,7 @@
 import { assert, it } from "@effect/vitest"
 import { Duration, Effect, type Layer } from "effect"
 import * as Runtime from "../../src/layers/Runtime.js"
-import type { Backend } from "../../src/services/Backend.js"
+import { Backend, type Capabilities } from "../../src/services/Backend.js"
 import { Computers } from "../../src/services/Computers.js"
 import { Files } from "../../src/services/Files.js"
 import { Processes } from "../../src/services/Processes.js"
@@ -17,10 +17,27 @@ export interface ConformanceTarget {
   readonly requirement: string
 }
 
-type Services = Processes | Computers | Files
+type Services = Processes | Computers | Files | Backend
 
 const run = <A, E>(target: ConformanceTarget, body: Effect.Effect<A, E, Services>) =>
   body.pipe(Effect.provide(Runtime.layer(Settings.make({ killGraceMs: 500, ...target.settings }), target.backend())))
+
+/**
+ * A case that needs a capability runs only on backends that declare it — and must then pass: a
+ * backend that claims what it does not deliver fails here.
+ */
+const needing = <A, E>(
+  target: ConformanceTarget,
+  capabilities: ReadonlyArray<keyof Capabilities>,
+  body: Effect.Effect<A, E, Services>
+) =>
+  (context: { readonly skip: (note?: string) => void }) =>
+    run(target, Effect.gen(function*() {
+      const backend = yield* Backend
+      const missing = capabilities.filter((capability) => !backend.capabilities[capability])
+      if (missing.length > 0) return context.skip(`${backend.name} does not declare ${missing.join(", ")}`)
+      return yield* body
+    }))
 
 const services = Effect.all({ processes: Processes, computers: Computers, files: Files })
 
@@ -45,8 +62,8 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(args.stdout, "a b  c\n")
       })), 120_000)
 
-    it.live("stdin reaches a pipe and eof ends it", () =>
-      run(target, Effect.gen(function*() {
+    it.live("stdin reaches a pipe and eof ends it", 
+      needing(target, ["stdin"], Effect.gen(function*() {
         const { processes } = yield* services
         const { id } = yield* processes.spawn("c", { command: "wc -c", background: true })
         yield* processes.stdin(id, "12345\\n", true)
@@ -57,8 +74,8 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(exec.stdout, "through stdin")
       })), 120_000)
 
-    it.live("a TTY process has a terminal and its screen is rendered", () =>
-      run(target, Effect.gen(function*() {
+    it.live("a TTY process has a terminal and its screen is rendered", 
+      needing(target, ["pty", "stdin"], Effect.gen(function*() {
         const { processes } = yield* services
         const { id } = yield* processes.spawn("c", {
           command: "tty; stty size; printf 'name? '; read name; echo \"hello $name\"",
@@ -78,8 +95,8 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.match(screen.text, /^hello kiln$/m)
       })), 120_000)
 
-    it.live("kill ends a whole process tree", () =>
-      run(target, Effect.gen(function*() {
+    it.live("kill ends a whole process tree", 
+      needing(target, ["signals"], Effect.gen(function*() {
         const { processes } = yield* services
         const { id } = yield* processes.spawn("c", { command: "sh -c 'sleep 317 & sleep 317'", background: true })
         yield* Effect.sleep(Duration.millis(300))
@@ -107,8 +124,8 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(rest.stdout.text, "second\n")
       })), 120_000)
 
-    it.live("files are written and read inside the computer, and stay inside it", () =>
-      run(target, Effect.gen(function*() {
+    it.live("files are written and read inside the computer, and stay inside it", 
+      needing(target, ["files"], Effect.gen(function*() {
         const { files, processes } = yield* services
         const written = yield* files.write("c", { path: "notes/today.txt", content: "hello files\n" })
         assert.strictEqual(written.bytes, 12)
@@ -132,8 +149,8 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(viaLink.content, inside.stdout)
       })), 120_000)
 
-    it.live("restart keeps files, ends processes, and the computer works after", () =>
-      run(target, Effect.gen(function*() {
+    it.live("restart keeps files, ends processes, and the computer works after", 
+      needing(target, ["restart", "files"], Effect.gen(function*() {
         const { computers, files, processes } = yield* services
         const computer = yield* computers.create("c", { computer_id: "conf-restart" })
         yield* files.write("c", { path: "kept.txt", content: "still here", computer_id: computer.id })
@@ -148,8 +165,8 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(after.stdout, "alive\n")
       })), 120_000)
 
-    it.live("factory reset erases files", () =>
-      run(target, Effect.gen(function*() {
+    it.live("factory reset erases files", 
+      needing(target, ["factoryReset", "files"], Effect.gen(function*() {
         const { computers, files, processes } = yield* services
         const computer = yield* computers.create("c", { computer_id: "conf-reset" })
         yield* files.write("c", { path: "gone.txt", content: "soon gone", computer_id: computer.id })
@@ -160,8 +177,10 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(after.stdout, "fresh\n")
       })), 120_000)
 
-    it.live("delete removes the computer; a permanent one survives a new server and is found by id", () =>
+    it.live("delete removes the computer; a permanent one survives a new server and is found by id", (context) =>
       Effect.gen(function*() {
+        const declared = yield* run(target, Effect.map(Backend, (backend) => backend.capabilities))
+        if (!declared.persistence || !declared.files) return context.skip("no persistence or files")
         yield* run(target, Effect.gen(function*() {
           const { computers, files } = yield* services
           yield* computers.create("a", { computer_id: "conf-keep", temporary: false })

@@ -168,7 +168,11 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       // the periodic refresh picks it up without any click
       await until("the process in the processes pane", () => text(`${processRow} ${tid("process-status")}`), (s) => s === "running")
       assert.include(await text(processRow), "sleep 300")
-      await until("the process count on the row", () => text(`${row(computerId)} ${tid("computer-meta")}`), (m) => m?.includes("1 process") === true)
+      // the row shows computer_list's live process count
+      const listed = await server.call("computer_list", {})
+      const live: number = listed.structured.computers.find((c: any) => c.computer_id === computerId).processes
+      await until("the process count on the row", () => text(`${row(computerId)} ${tid("computer-meta")}`), (m) =>
+        m?.endsWith(` · ${live} ${live === 1 ? "process" : "processes"}`) === true)
       await screenshot("dashboard.png")
 
       // Restart: the computer stays, its processes end
@@ -235,6 +239,7 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       await app.click(`${row(computerId)} ${tid("computer-delete")}`)
       await app.locator(tid("confirm-dialog")).waitFor({ state: "visible" })
       assert.include(await text(tid("confirm-text")), computerId)
+      await screenshot("dashboard-confirm.png")
       // cancelling keeps it
       await app.click(tid("confirm-cancel"))
       await app.locator(tid("confirm-dialog")).waitFor({ state: "hidden" })

@@ -52,12 +52,13 @@
  */
 import Docker from "dockerode"
 import type { Scope } from "effect"
-import { Deferred, Effect, Either, Layer, Queue, Ref } from "effect"
+import { Deferred, Effect, Either, FiberRef, Layer, Queue, Ref, Runtime } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 import { hostname } from "node:os"
 import { BackendError, SpawnFailed } from "../../domain/Errors.js"
 import type { BackendComputer, BackendProcess, Capabilities, ComputerSpec, ProviderComputer, SpawnSpec } from "../../services/Backend.js"
 import { Backend } from "../../services/Backend.js"
+import { CurrentProgress } from "../../services/Progress.js"
 import * as DockerExec from "./DockerExec.js"
 import { normalizeCapability, parseRunFlags, parseSize } from "./DockerRunFlags.js"
 import type { RunFlagSettings } from "./DockerRunFlags.js"
@@ -335,6 +336,19 @@ export const make = (options: DockerBackendOptions) =>
 
     // ---- images -------------------------------------------------------------------------------
     const pull = (image: string) =>
+      Effect.gen(function*() {
+        // Progress also reaches the MCP client whose call needed the image, when it listens.
+        const reporter = yield* FiberRef.get(CurrentProgress)
+        const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+        let events = 0
+        const progress = (line: string) => {
+          options.onPullProgress?.(`${NAME}: pulling ${image}: ${line}`)
+          if (reporter) runFork(reporter({ progress: ++events, message: `pulling ${image}: ${line}` }))
+        }
+        return yield* pullWith(image, progress)
+      })
+
+    const pullWith = (image: string, progress: (line: string) => void) =>
       Effect.async<void, string>((resume) => {
         let stream: NodeJS.ReadableStream | undefined
         let done = false
@@ -352,7 +366,7 @@ export const make = (options: DockerBackendOptions) =>
             (event: { status?: string; id?: string; progress?: string; error?: string }) => {
               if (event.error) return
               const line = [event.id, event.status, event.progress].filter((part) => part).join(" ")
-              if (line !== "") options.onPullProgress?.(`${NAME}: pulling ${image}: ${line}`)
+              if (line !== "") progress(line)
             }
           )
         })

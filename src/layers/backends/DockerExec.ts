@@ -31,7 +31,10 @@ const WRAPPER = [
   ` { printf 'KTE%s\\n' "'$c': command not found (PATH=$PATH)"; exit 127; }`,
   `[ -z "$t" ] || stty $t 2>/dev/null`,
   `printf 'KT%s\\n' $$`,
-  `exec env -i "$@"`
+  // On a TTY the engine may stop copying the terminal as soon as the program exits, losing its
+  // last output: the wrapper keeps the terminal open a moment longer.
+  `if [ -n "$t" ]; then env -i -- "$@"; s=$?; sleep 0.2; exit $s; fi`,
+  `exec env -i -- "$@"`
 ].join("\n")
 
 /** The exec's Cmd: the wrapper, then the environment as K=V, then argv. */

@@ -128,7 +128,7 @@ input:focus, select:focus, textarea:focus, button:focus-visible { outline: 2px s
 .panes { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 12px; }
 @media (max-width: 720px) { .panes { grid-template-columns: minmax(0, 1fr); } }
 .pane { display: flex; flex-direction: column; }
-.pane-head { display: flex; gap: 8px; align-items: center; padding: 8px 10px; border-bottom: 1px solid var(--line); background: var(--bg2); }
+.pane-head { display: flex; gap: 8px; align-items: center; min-height: 42px; padding: 6px 10px; border-bottom: 1px solid var(--line); background: var(--bg2); }
 .pane-head select { margin-left: auto; max-width: 60%; }
 .pane-head .sub { margin-left: auto; color: var(--fg2); font-family: var(--mono); font-size: 12px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .terminal {
@@ -170,12 +170,12 @@ const body = String.raw`
   <span class="status" data-testid="status">connecting…</span>
 </header>
 <div class="error" role="alert" data-testid="error" hidden><span data-testid="error-text"></span><button type="button" data-testid="error-dismiss" aria-label="Dismiss">×</button></div>
-<form class="create" data-testid="create-form" autocomplete="off">
-  <input type="text" data-testid="create-id" placeholder="computer id (optional: a-z, 0-9, -)" maxlength="63" spellcheck="false" aria-label="Computer id">
+<div class="create" data-testid="create-bar">
+  <input type="text" data-testid="create-id" autocomplete="off" placeholder="computer id (optional: a-z, 0-9, -)" maxlength="63" spellcheck="false" aria-label="Computer id">
   <label><input type="checkbox" data-testid="create-temporary" checked> temporary</label>
-  <button type="submit" class="primary" data-testid="create">Create</button>
+  <button type="button" class="primary" data-testid="create">Create</button>
   <button type="button" data-testid="refresh">Refresh</button>
-</form>
+</div>
 <div class="card" style="margin-bottom:12px">
   <ul class="inventory" data-testid="inventory" style="margin:0"></ul>
   <p class="empty" data-testid="inventory-empty">No computers yet — create one above.</p>
@@ -513,14 +513,14 @@ const script = String.raw`
     if (event.key === "Escape" && confirming) confirming(false);
   });
 
-  // ---- create bar ----
-  $("create-form").addEventListener("submit", function (event) {
-    event.preventDefault();
+  // ---- create bar (no form: a sandbox without allow-forms never submits one) ----
+  function create() {
     var input = $("create-id");
     var id = input.value.trim();
     var args = { temporary: $("create-temporary").checked };
     if (id) args.computer_id = id;
     var createButton = $("create");
+    if (createButton.disabled || tornDown) return;
     createButton.disabled = true;
     clearError();
     setStatus("creating " + (id || "a computer") + "…");
@@ -530,7 +530,11 @@ const script = String.raw`
         if (typeof created.computer_id === "string") selected = created.computer_id;
       })
       .catch(showError)
-      .then(function () { createButton.disabled = false; refresh(); });
+      .then(function () { createButton.disabled = tornDown; refresh(); });
+  }
+  $("create").addEventListener("click", create);
+  $("create-id").addEventListener("keydown", function (event) {
+    if (event.key === "Enter") { event.preventDefault(); create(); }
   });
   $("refresh").addEventListener("click", function () { clearError(); refresh(); });
 
@@ -652,7 +656,8 @@ const script = String.raw`
   var lastHeight = -1;
   function reportSize() {
     if (!initialized || tornDown) return;
-    var height = Math.ceil(document.documentElement.scrollHeight);
+    // The body's own height: the document's scrollHeight never drops below the frame's height.
+    var height = Math.ceil(document.body.getBoundingClientRect().height);
     if (height === lastHeight) return;
     lastHeight = height;
     notify("ui/notifications/size-changed", { height: height });
