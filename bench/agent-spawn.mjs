@@ -33,9 +33,10 @@ const command = sandbox
         "--ro-bind", binaries.agent, "/run/kt-agent", "--unshare-pid", "--unshare-net", "--die-with-parent",
         "--new-session", "--cap-drop", "ALL", "--", "/run/kt-agent", ...agentArgs],
       cwd: dir,
-      env
+      env,
+      channel: join(dir, "agent.fifo")
     }
-  : { file: binaries.agent, args: agentArgs, cwd: dir, env }
+  : { file: binaries.agent, args: agentArgs, cwd: dir, env, channel: join(dir, "agent.fifo") }
 
 const scope = Effect.runSync(Scope.make())
 const client = await Effect.runPromise(Scope.extend(AgentClient.make("host", command), scope))

@@ -29,3 +29,9 @@ export * as Runtime from "./layers/Runtime.js"
 export * as Kilntainers from "./layers/Main.js"
 /** @category layers */
 export * as McpServer from "./layers/mcp/McpServer.js"
+/** @category layers */
+export * as HttpServer from "./layers/mcp/HttpServer.js"
+/** @category layers */
+export * as DockerBackend from "./layers/backends/DockerBackend.js"
+/** @category services */
+export * from "./services/Files.js"

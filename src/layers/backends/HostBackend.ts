@@ -297,9 +297,9 @@ const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
   Effect.gen(function*() {
     const sink = new EventSink()
     const { client } = computer
-    let agentId: number | undefined
-    let heldEarly = false
-    sink.hold = (hold) => (agentId === undefined ? (heldEarly = hold) : client.holdOutput(agentId, hold))
+    // Output may arrive before the spawn effect resumes with the process's id.
+    const held: { id: number | undefined; early: boolean } = { id: undefined, early: false }
+    sink.hold = (hold) => (held.id === undefined ? (held.early = hold) : client.holdOutput(held.id, hold))
     const { id, pid } = yield* Effect.acquireRelease(
       client.spawn({ argv: spec.argv, cwd: spec.cwd, env: spec.env }, {
         onStdout: sink.data,
@@ -309,8 +309,8 @@ const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
       }),
       ({ id }) => killOnClose(computer, id, sink)
     )
-    agentId = id
-    if (heldEarly) client.holdOutput(id, true)
+    held.id = id
+    if (held.early) client.holdOutput(id, true)
     const process: BackendProcess = {
       pid,
       events: sink.events,
