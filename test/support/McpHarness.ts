@@ -26,10 +26,11 @@ export interface ToolResult {
 
 /** Starts the built CLI as a stdio MCP server and connects the SDK's Client to it. */
 export const startServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}): Promise<Harness> => {
-  const stateDir = mkdtempSync(join(tmpdir(), "kt-e2e-"))
+  const given = args.indexOf("--state-dir")
+  const stateDir = given >= 0 ? args[given + 1]! : mkdtempSync(join(tmpdir(), "kt-e2e-"))
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [binPath, "--state-dir", stateDir, ...args],
+    args: [binPath, ...(given >= 0 ? [] : ["--state-dir", stateDir]), ...args],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
     stderr: "pipe"
   })

@@ -213,6 +213,11 @@ export class AgentClient {
   private readyWaiter: ((error: string | undefined) => void) | undefined
   private wasReady = false
 
+  /** The FIFO the agent writes its frames to (absent: its stdout pipe). */
+  private readonly channel: Socket | undefined
+  /** Processes whose consumers are full: while any, the channel is not read. */
+  private readonly held = new Set<number>()
+
   private constructor(
     private readonly backend: string,
     private readonly child: ChildProcess,
@@ -270,9 +275,6 @@ export class AgentClient {
       else setTimeout(onChannelEnd, DRAIN_AFTER_EXIT_MS).unref()
     })
   }
-
-  private readonly channel: Socket | undefined
-  private readonly held = new Set<number>()
 
   /** Starts the agent process (`channel`: a FIFO there must not exist yet); see `ready`. */
   static launch(backend: string, command: AgentCommand, onLost?: (reason: string) => void): AgentClient {
@@ -567,7 +569,7 @@ export class AgentClient {
   })
 }
 
-// Node cannot create a FIFO itself. One left behind by a crash is replaced.
+/** Creates the FIFO (Node cannot); one left behind by a crash is replaced. */
 const mkfifo = (backend: string, path: string) =>
   Effect.async<void, BackendError>((resume) => {
     rmSync(path, { force: true })

@@ -82,15 +82,67 @@ describe("AgentClient (unsandboxed agent)", () => {
   const dir = mkdtempSync(join(tmpdir(), "kt-agent-test-"))
   afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
-  const start = Effect.gen(function*() {
-    const binaries = yield* NativeBinaries.locate("host")
-    return yield* AgentClient.make("host", {
-      file: binaries.agent,
-      args: ["--socket", join(dir, `agent-${Math.random().toString(36).slice(2)}.sock`)],
-      cwd: dir,
-      env: {}
+  const startWith = (channel: boolean) =>
+    Effect.gen(function*() {
+      const binaries = yield* NativeBinaries.locate("host")
+      const name = `agent-${Math.random().toString(36).slice(2)}`
+      return yield* AgentClient.make("host", {
+        file: binaries.agent,
+        args: ["--socket", join(dir, `${name}.sock`)],
+        cwd: dir,
+        env: {},
+        channel: channel ? join(dir, `${name}.fifo`) : undefined
+      })
     })
-  })
+  const start = startWith(true)
+
+  it.scopedLive("carries output over a plain pipe too (no channel)", () =>
+    Effect.gen(function*() {
+      const client = yield* startWith(false)
+      let out = ""
+      let done = false
+      yield* client.spawn({ argv: ["echo", "piped"], cwd: dir, env: { PATH: "/usr/bin:/bin" } }, {
+        onStdout: (data) => (out += Buffer.from(data).toString()),
+        onStderr: () => {},
+        onExit: () => {},
+        onClosed: () => (done = true)
+      })
+      for (let i = 0; i < 200 && !done; i++) yield* Effect.sleep("10 millis")
+      assert.strictEqual(out, "piped\n")
+    }))
+
+  it.scopedLive("delivers output written just before the agent dies, then reports the death", () =>
+    Effect.gen(function*() {
+      let lost: string | undefined
+      const binaries = yield* NativeBinaries.locate("host")
+      const name = `agent-${Math.random().toString(36).slice(2)}`
+      const client = yield* AgentClient.make("host", {
+        file: binaries.agent,
+        args: ["--socket", join(dir, `${name}.sock`)],
+        cwd: dir,
+        env: {},
+        channel: join(dir, `${name}.fifo`)
+      }, (reason) => (lost = reason))
+      let bytes = 0
+      let exit: ExitInfo | undefined
+      let closed = false
+      // Less than a pipe's capacity: it all sits in the channel, unread, when the agent dies.
+      const { id } = yield* client.spawn({ argv: ["sh", "-c", "head -c 10000 /dev/zero; sleep 0.3; kill -9 $PPID; sleep 5"], cwd: dir, env: { PATH: "/usr/bin:/bin" } }, {
+        onStdout: (data) => (bytes += data.byteLength),
+        onStderr: () => {},
+        onExit: (e) => (exit = e),
+        onClosed: () => (closed = true)
+      })
+      client.holdOutput(id, true)
+      yield* Effect.sleep("700 millis")
+      assert.isFalse(closed)
+      client.holdOutput(id, false)
+      for (let i = 0; i < 300 && !closed; i++) yield* Effect.sleep("10 millis")
+      assert.isTrue(closed)
+      assert.strictEqual(bytes, 10000)
+      assert.deepStrictEqual(exit, { exitCode: null, signal: "SIGKILL" })
+      assert.match(lost ?? "", /killed by SIGKILL/)
+    }))
 
   it.scopedLive("when the agent dies, live processes exit with SIGKILL and later spawns fail", () =>
     Effect.gen(function*() {
