@@ -109,7 +109,16 @@ export const make = (
         Effect.forkScoped
       )
     }
-    yield* Effect.addFinalizer(() => Effect.sync(() => screen?.dispose()))
+    // The screen outlives the process as its last rendering: let the terminal parse every byte it
+    // was given first (bounded), since a disposed terminal renders no more.
+    yield* Effect.addFinalizer(() =>
+      screen === undefined ? Effect.void : Effect.promise(() => screen.snapshot()).pipe(
+        Effect.timeout(Duration.seconds(2)),
+        Effect.interruptible,
+        Effect.ignore,
+        Effect.zipRight(Effect.sync(() => screen.dispose()))
+      )
+    )
 
     // Sliding: a slow subscriber loses old live chunks (they stay in the logs), the process never waits.
     const live = yield* Effect.acquireRelease(PubSub.sliding<LiveOutput>(1024), PubSub.shutdown)
@@ -159,10 +168,12 @@ export const make = (
     const onEvents = (events: Chunk.Chunk<ProcessEvent>): Effect.Effect<void> =>
       Effect.gen(function*() {
         let pending: Array<LiveOutput> = []
+        let sawOutput = false
         const flush = Effect.gen(function*() {
+          if (sawOutput) lastActivity = yield* Clock.currentTimeMillis
+          sawOutput = false
           if (pending.length === 0) return
-          lastActivity = yield* Clock.currentTimeMillis
-          if (subscribers > 0) yield* PubSub.publishAll(live, pending)
+          yield* PubSub.publishAll(live, pending)
           pending = []
         })
         for (const event of events) {
@@ -171,13 +182,17 @@ export const make = (
             yield* recordExit(event.exit)
             continue
           }
+          // A backend may reuse an event's memory once the next chunk is pulled: the logs copy,
+          // and whatever keeps bytes beyond this loop (terminal, live subscribers) gets its own copy.
+          const kept = screen !== undefined || subscribers > 0 ? event.data.slice() : event.data
           if (event._tag === "Stdout") {
             stdout.append(event.data)
-            screen?.write(event.data)
+            screen?.write(kept)
           } else {
             stderr.append(event.data)
           }
-          pending.push(event)
+          sawOutput = true
+          if (subscribers > 0) pending.push({ _tag: event._tag, data: kept })
         }
         yield* flush
       })

@@ -115,6 +115,13 @@ export const layer = Layer.scoped(
           return yield* attach(existing, session)
         }
         const known = (yield* backend.list).find((computer) => computer.id === id)
+        // Another call may have opened it while the provider answered.
+        const raced = entries.get(id)
+        if (raced) {
+          yield* checkAccess(raced, session)
+          yield* checkTemporary(raced, temporary)
+          return yield* attach(raced, session)
+        }
         if (known && known.temporary) {
           // Ours by label but not open here: another server instance's temporary computer.
           return yield* new InvalidInput({
@@ -154,6 +161,11 @@ export const layer = Layer.scoped(
           return yield* attach(existing, session)
         }
         const known = (yield* backend.list).find((computer) => computer.id === id)
+        const raced = entries.get(id)
+        if (raced) {
+          yield* checkAccess(raced, session)
+          return yield* attach(raced, session)
+        }
         if (!known) return yield* new ComputerNotFound({ id })
         if (known.temporary) {
           return yield* new InvalidInput({ message: `computer '${id}' is a temporary computer of another kilntainers server` })

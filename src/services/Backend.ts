@@ -45,7 +45,11 @@ export type ProcessEvent =
 export interface BackendProcess {
   /** The process id inside the computer, when the backend knows it. */
   readonly pid: number | null
-  /** Every event exactly once; ends when the process and all holders of its output are gone. */
+  /**
+   * Every event exactly once; ends when the process and all holders of its output are gone.
+   * Aliasing rule: the bytes of a pulled chunk's events are valid until the next pull — a backend
+   * may reuse that memory — so a consumer copies what it keeps before pulling again.
+   */
   readonly events: Stream.Stream<ProcessEvent>
   readonly write: (data: Uint8Array) => Effect.Effect<void, BackendError>
   /** Close stdin (pipes) or send EOF (Ctrl-D) on a TTY. */

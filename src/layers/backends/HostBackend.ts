@@ -5,7 +5,13 @@
  * The sandbox is set up once, when the computer opens: bwrap starts `kt-agent`, which then forks
  * every process of the computer on request (see AgentClient.ts, native/kt-agent.c), so a spawn
  * costs a fork+exec, not a new sandbox. TTY processes run on a node-pty terminal through
- * `kt-exec`, which hands the terminal to the agent over `<computer>/run/agent.sock`.
+ * `kt-exec`, which hands the terminal to the agent over `<computer>/run/agent.sock`. The agent's
+ * frames come back over a FIFO (created as `<computer>/agent.fifo`, unlinked once open, never
+ * mounted in the sandbox) read into one reused buffer; see EventSink for the aliasing rule.
+ *
+ * `<computer>/computer.json` records the id, `temporary`, `createdAt`, the image and the owning
+ * server (pid + start time): `list` reads it, and a new server removes temporary computers whose
+ * owner is dead.
  *
  * Sandbox layout (what a process sees):
  *   /home/agent      the workspace, read-write; HOME and the default working directory

@@ -40,8 +40,6 @@ export interface CreateSandboxRequest {
   /** Unique among the running sandboxes of the App. */
   readonly name: string
   readonly tags: Readonly<Record<string, string>>
-  /** Working directory of the sandbox (created by Modal). */
-  readonly workdir: string
 }
 
 /** A command in a sandbox: `sandbox.exec(argv, …)`. */
@@ -129,7 +127,6 @@ export const createParams = (request: CreateSandboxRequest): SandboxCreateParams
   blockNetwork: request.blockNetwork,
   name: request.name,
   tags: { ...request.tags },
-  workdir: request.workdir,
   ...(request.gpu === undefined ? {} : { gpu: request.gpu }),
   ...(request.region === undefined ? {} : { regions: [request.region] })
 })

@@ -1,0 +1,30 @@
+import { Redacted } from "effect"
+import { afterAll } from "vitest"
+import * as E2BBackend from "../../src/layers/backends/E2BBackend.js"
+import * as E2BFake from "../support/E2BFake.js"
+import { bwrapWorks } from "../support/Requirements.js"
+import { conformance } from "./Conformance.js"
+
+// The real `e2b` SDK against the local fake (control plane + envd); its sandboxes run in bubblewrap.
+const fake = bwrapWorks ? await E2BFake.start() : undefined
+afterAll(async () => {
+  await fake?.close()
+})
+
+conformance("e2b", {
+  backend: () =>
+    E2BBackend.layer({
+      apiKey: Redacted.make(fake!.apiKey),
+      template: "base",
+      sandboxTimeoutSec: 300,
+      metadata: {},
+      envs: {},
+      apiUrl: fake!.url,
+      sandboxUrl: fake!.url,
+      domain: undefined,
+      instanceId: `conformance-${Math.random().toString(36).slice(2, 8)}`,
+      home: E2BFake.FAKE_HOME
+    }),
+  available: bwrapWorks,
+  requirement: "bubblewrap (the E2B fake runs commands in it)"
+})

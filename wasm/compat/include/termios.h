@@ -1,0 +1,2 @@
+/* kilntainers WASI compat stub: see kt_compat.h */
+#include <kt_compat.h>

@@ -1,0 +1,13 @@
+/* Declares a 1 GiB maximum memory (linked with --max-memory=1073741824) and tries to use 200 MiB. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(void) {
+  size_t size = 200u << 20;
+  char *p = malloc(size);
+  if (p == NULL) { puts("allocation refused"); return 0; }
+  memset(p, 1, size);
+  puts("allocated 200 MiB");
+  return 0;
+}

@@ -1,0 +1,5 @@
+/* Never ends: for the wall-clock limit. */
+int main(void) {
+  volatile unsigned long n = 0;
+  for (;;) n++;
+}
