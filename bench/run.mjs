@@ -4,6 +4,7 @@
 //   node bench/run.mjs spawn  only the spawn round trip
 //   node bench/run.mjs output only the output throughput
 //   node bench/run.mjs http   spawn round trip over HTTP vs stdio
+//   node bench/run.mjs docker exec round trip on a warm Docker computer vs Engine API exec and the CLI
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { spawn } from "node:child_process"
@@ -161,7 +162,64 @@ async function benchHttp(rounds = 300) {
   console.log(`  ratio p50 ${(percentile(viaHttp, 50) / percentile(viaStdio, 50)).toFixed(2)} (target <= 1.5)  p99 ${(percentile(viaHttp, 99) / percentile(viaStdio, 99)).toFixed(2)}`)
 }
 
+async function benchDocker(rounds = 100) {
+  const { default: Docker } = await import("dockerode")
+  const { execFile } = await import("node:child_process")
+  const stateDir = mkdtempSync(join(tmpdir(), "kt-bench-"))
+  const client = new Client({ name: "bench-docker", version: "1" })
+  await client.connect(new StdioClientTransport({
+    command: process.execPath,
+    args: [bin, "--backend", "docker", "--state-dir", stateDir, "--log-level", "error"],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" },
+    stderr: "inherit"
+  }))
+  const viaMcp = async () => {
+    const start = process.hrtime.bigint()
+    const result = await client.callTool({ name: "spawn", arguments: { command: "true" } })
+    if (result.isError || result.structuredContent?.exitCode !== 0) throw new Error(`spawn failed: ${JSON.stringify(result)}`)
+    return Number(process.hrtime.bigint() - start) / 1e6
+  }
+  await viaMcp() // creates the session's computer: warm from here on
+  const listed = await client.callTool({ name: "computer_list", arguments: {} })
+  const containerId = listed.structuredContent.computers[0].sandbox_id
+  const container = new Docker({ socketPath: "/var/run/docker.sock" }).getContainer(containerId)
+  const bareExec = async () => {
+    const start = process.hrtime.bigint()
+    const exec = await container.exec({ Cmd: ["true"], AttachStdout: true, AttachStderr: true })
+    const stream = await exec.start({ hijack: true, stdin: false })
+    await new Promise((resolve) => { stream.on("end", resolve); stream.on("close", resolve); stream.resume() })
+    const info = await exec.inspect()
+    if (info.ExitCode !== 0) throw new Error("bare exec failed")
+    return Number(process.hrtime.bigint() - start) / 1e6
+  }
+  const cliExec = () =>
+    new Promise((resolve, reject) => {
+      const start = process.hrtime.bigint()
+      execFile("docker", ["exec", containerId, "true"], (error) => (error ? reject(error) : resolve(Number(process.hrtime.bigint() - start) / 1e6)))
+    })
+  for (let i = 0; i < 10; i++) {
+    await viaMcp()
+    await bareExec()
+    await cliExec()
+  }
+  const mcp = []
+  const bare = []
+  const cli = []
+  for (let i = 0; i < rounds; i++) {
+    mcp.push(await viaMcp())
+    bare.push(await bareExec())
+    cli.push(await cliExec())
+  }
+  await client.close()
+  console.log(`exec of \`true\` on a warm Docker computer, ${rounds} rounds each`)
+  console.log(`  kilntainers spawn through stdio MCP: p50 ${ms(percentile(mcp, 50))}  p99 ${ms(percentile(mcp, 99))}`)
+  console.log(`  bare Engine API exec (dockerode):    p50 ${ms(percentile(bare, 50))}  p99 ${ms(percentile(bare, 99))}`)
+  console.log(`  docker exec CLI:                     p50 ${ms(percentile(cli, 50))}  p99 ${ms(percentile(cli, 99))}`)
+  console.log(`  ratio vs bare exec p50 ${(percentile(mcp, 50) / percentile(bare, 50)).toFixed(2)} (target < 1)  vs CLI ${(percentile(mcp, 50) / percentile(cli, 50)).toFixed(2)}`)
+}
+
 if (which === "all" || which === "spawn") await benchSpawn()
+if (which === "all" || which === "docker") await benchDocker()
 if (which === "all" || which === "http") await benchHttp()
 if (which === "all" || which === "output") await benchOutput()
 process.exit(0)

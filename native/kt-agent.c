@@ -780,16 +780,20 @@ static int listen_at(const char *path) {
 
 int main(int argc, char **argv) {
   const char *sock = NULL;
+  int orphan_ok = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) sock = argv[++i];
-    else { fprintf(stderr, "usage: kt-agent [--socket PATH]\n"); return 2; }
+    /* Started through a container engine's exec, whose launcher exits at once: the lifetime is the
+       server's connection (stdin), not the parent process. */
+    else if (strcmp(argv[i], "--no-parent") == 0) orphan_ok = 1;
+    else { fprintf(stderr, "usage: kt-agent [--socket PATH] [--no-parent]\n"); return 2; }
   }
   /* Whatever the server (or bwrap) let us inherit must not reach the processes we start. */
   if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
     for (int fd = 3; fd < 4096; fd++) fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
   /* Die (and take our process groups with us) when the server dies, sandboxed or not. */
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (!orphan_ok) prctl(PR_SET_PDEATHSIG, SIGTERM);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   signal(SIGPIPE, SIG_IGN);
   sigset_t set;

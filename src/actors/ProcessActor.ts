@@ -1,5 +1,5 @@
-import type { Scope , Chunk} from "effect"
-import { Clock, Deferred, Effect, Option, PubSub, Queue, Stream } from "effect"
+import type { Chunk, Scope } from "effect"
+import { Clock, Deferred, Duration, Effect, Option, PubSub, Queue, Stream } from "effect"
 import {
   type BackendError,
   MailboxFull,

@@ -36,7 +36,7 @@
  * error status, or delays them (a request whose client gave up during the delay is dropped
  * without effect).
  */
-import { Effect, ExecutionStrategy, Exit, Layer, ManagedRuntime, Scope, Stream } from "effect"
+import { Effect, ExecutionStrategy, Exit, type Layer, ManagedRuntime, Scope, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"

@@ -84,6 +84,8 @@ export class FlyFake {
   private faults: Array<{ count: number; status: number; match: RegExp | undefined }> = []
   private delays: Array<{ count: number; ms: number; match: RegExp | undefined }> = []
   private readonly waiters = new Set<() => void>()
+  /** Time between a sandbox being ready and the machine being `started`. */
+  bootDelayMs: number
   private execSeq = 0
   private readonly root = mkdtempSync(join(tmpdir(), "kt-fly-fake-"))
   private readonly server = createServer((request, response) => {
@@ -96,6 +98,7 @@ export class FlyFake {
 
   constructor(readonly options: FlyFakeOptions) {
     this.ticker = setInterval(() => this.tick(), 100)
+    this.bootDelayMs = options.bootDelayMs ?? 0
   }
 
   async start(): Promise<this> {
@@ -189,7 +192,7 @@ export class FlyFake {
     })
     void (async () => {
       for (let i = 0; i < 1000 && machine.boot === boot && !existsSync(join(ctl, "ready")); i++) await sleep(10)
-      await sleep(this.options.bootDelayMs ?? 0)
+      await sleep(this.bootDelayMs)
       if (machine.boot === boot && machine.state === "starting") this.setState(machine, "started")
     })()
   }

@@ -6,12 +6,12 @@
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
-import { execFile, spawn as spawnChild, type ChildProcess } from "node:child_process"
+import { execFile, spawn as spawnChild } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { closeSync, constants as fsConstants, openSync, rmSync, unlinkSync } from "node:fs"
 import { type OnReadOpts, Socket, type SocketConstructorOpts } from "node:net"
 import { constants } from "node:os"
-import type { Writable } from "node:stream"
+import type { Readable, Writable } from "node:stream"
 import { BackendError, SpawnFailed } from "../../domain/Errors.js"
 import type { ExitInfo } from "../../services/Backend.js"
 
@@ -202,6 +202,20 @@ const signalNumbers = constants.signals as Readonly<Record<string, number>>
 const signalNames = new Map(Object.entries(signalNumbers).map(([name, n]) => [n, name]))
 
 /** The running agent of one computer. */
+/**
+ * The agent process as the client needs it: a child process here, or an agent started inside a
+ * container through the engine (see DockerAgent.ts). `close` comes after stdout ended.
+ */
+export interface AgentProcess {
+  readonly stdin: Writable | null
+  readonly stdout: Readable | null
+  readonly stderr: Readable | null
+  readonly pid?: number | undefined
+  on(event: "error", listener: (error: Error) => void): unknown
+  on(event: "close", listener: (code: number | null, signal: NodeJS.Signals | null) => void): unknown
+  kill(signal?: NodeJS.Signals): boolean
+}
+
 export class AgentClient {
   private readonly entries = new Map<number, Entry>()
   private readonly idleWaiters = new Set<() => void>()
@@ -220,7 +234,7 @@ export class AgentClient {
 
   private constructor(
     private readonly backend: string,
-    private readonly child: ChildProcess,
+    private readonly child: AgentProcess,
     private readonly stdin: Writable,
     channelFd: number | undefined,
     private readonly onLost: ((reason: string) => void) | undefined
@@ -304,6 +318,11 @@ export class AgentClient {
     } finally {
       if (writeFd !== undefined) closeSync(writeFd)
     }
+  }
+
+  /** Talks to an agent that is already running (its stdio given), e.g. inside a container. */
+  static attach(backend: string, process: AgentProcess, onLost?: (reason: string) => void): AgentClient {
+    return new AgentClient(backend, process, process.stdin!, undefined, onLost)
   }
 
   /** Succeeds once the agent reported READY; fails with the reason it did not (e.g. bwrap's message). */

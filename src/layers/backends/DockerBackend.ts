@@ -51,15 +51,18 @@
  * or busybox) lets the SIGKILL on close also reach processes that left the group.
  */
 import Docker from "dockerode"
-import type { Scope } from "effect"
-import { Deferred, Effect, Either, FiberRef, Layer, Queue, Ref, Runtime } from "effect"
+import { Deferred, Effect, Either, Exit, FiberRef, Layer, Option, Queue, Ref, Runtime, Scope } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 import { hostname } from "node:os"
 import { BackendError, SpawnFailed } from "../../domain/Errors.js"
 import type { BackendComputer, BackendProcess, Capabilities, ComputerSpec, ProviderComputer, SpawnSpec } from "../../services/Backend.js"
 import { Backend } from "../../services/Backend.js"
 import { CurrentProgress } from "../../services/Progress.js"
+import type * as AgentClient from "./AgentClient.js"
+import * as AgentProcesses from "./AgentProcesses.js"
+import * as DockerAgent from "./DockerAgent.js"
 import * as DockerExec from "./DockerExec.js"
+import * as NativeBinaries from "./NativeBinaries.js"
 import { normalizeCapability, parseRunFlags, parseSize } from "./DockerRunFlags.js"
 import type { RunFlagSettings } from "./DockerRunFlags.js"
 
@@ -273,6 +276,9 @@ interface Live {
   destroyed: boolean
   readonly processes: Set<DockerExec.ExecProcess>
   readonly lost: Deferred.Deferred<string>
+  /** The kt-agent running in the container (the fast path), for one generation. */
+  agent: { readonly client: AgentClient.AgentClient; readonly scope: Scope.CloseableScope; readonly generation: number } | undefined
+  readonly agentLock: Effect.Semaphore
 }
 
 interface EngineEvent {
@@ -618,6 +624,50 @@ export const make = (options: DockerBackendOptions) =>
         }
       }).pipe(Effect.mapError((error) => ("_tag" in error ? error : fromEngine(error))))
 
+    // ---- the agent: the fast path for processes without a terminal -------------------------------
+    // Found once; without it (or when a container cannot run it) every process is an Engine exec.
+    const binaries = yield* NativeBinaries.locate(NAME).pipe(
+      Effect.tapError((error) => Effect.logWarning(`${NAME} backend: no kt-agent (${error.reason}); every process will be an Engine API exec`)),
+      Effect.option
+    )
+    let agentUnavailable: string | undefined = Option.isNone(binaries) ? "no agent binary" : undefined
+
+    const closeAgent = (live: Live) =>
+      Effect.suspend(() => {
+        const agent = live.agent
+        live.agent = undefined
+        return agent === undefined ? Effect.void : Scope.close(agent.scope, Exit.void)
+      })
+
+    /** The container's agent for its current generation, started on first use; undefined: use exec. */
+    const agentOf = (live: Live): Effect.Effect<AgentClient.AgentClient | undefined> =>
+      live.agentLock.withPermits(1)(Effect.gen(function*() {
+        if (agentUnavailable !== undefined || Option.isNone(binaries)) return undefined
+        const current = live.agent
+        if (current !== undefined && current.generation === live.generation && current.client.failure === undefined) {
+          return current.client
+        }
+        yield* closeAgent(live)
+        const generation = live.generation
+        const scope = yield* Scope.make()
+        const started = yield* DockerAgent.start(NAME, docker, live.containerId, binaries.value).pipe(
+          Scope.extend(scope),
+          Effect.either
+        )
+        if (Either.isLeft(started)) {
+          yield* Scope.close(scope, Exit.void)
+          // A container that cannot run the agent (another architecture, a read-only root, …) still
+          // works through Engine exec; one that just died will be reported as lost by the events.
+          if (live.gone === undefined && live.generation === generation) {
+            agentUnavailable = started.left.reason
+            yield* Effect.logWarning(`${NAME} backend: ${started.left.reason}; processes will run through Engine API exec`)
+          }
+          return undefined
+        }
+        live.agent = { client: started.right, scope, generation }
+        return started.right
+      }))
+
     const spawn = (live: Live) => (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | BackendError, Scope.Scope> =>
       Effect.gen(function*() {
         const command = spec.argv.join(" ")
@@ -625,6 +675,10 @@ export const make = (options: DockerBackendOptions) =>
         const invalid = DockerExec.invalidSpec(spec)
         if (invalid !== undefined) return yield* new SpawnFailed({ command, reason: invalid })
         const tty = spec.tty !== undefined
+        if (!tty) {
+          const agent = yield* agentOf(live)
+          if (agent !== undefined) return yield* AgentProcesses.spawnPipes(NAME, agent, spec)
+        }
         const env = tty && spec.env["TERM"] === undefined ? { ...spec.env, TERM: "xterm-256color" } : spec.env
         const generation = live.generation
         const exec = yield* call("create the process", (signal) =>
@@ -738,12 +792,15 @@ export const make = (options: DockerBackendOptions) =>
         gone: undefined,
         destroyed: false,
         processes: new Set(),
-        lost: yield* Deferred.make<string>()
+        lost: yield* Deferred.make<string>(),
+        agent: undefined,
+        agentLock: yield* Effect.makeSemaphore(1)
       }
       registry.set(containerId, live)
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {
           registry.delete(live.containerId)
+          yield* closeAgent(live)
           // A permanent container stays: its processes are killed. A temporary one is removed, which
           // kills them anyway (also when it was stopped from outside).
           if (live.destroyed || !spec.temporary) {
@@ -765,6 +822,7 @@ export const make = (options: DockerBackendOptions) =>
       )
       const restart = usable.pipe(
         Effect.andThen(busy(live, Effect.gen(function*() {
+          yield* closeAgent(live)
           yield* dropProcesses(live)
           yield* call("restart the container", (signal) => docker.getContainer(live.containerId).restart({ t: 5, abortSignal: signal })).pipe(
             Effect.mapError(fromEngine)
@@ -773,6 +831,7 @@ export const make = (options: DockerBackendOptions) =>
       )
       const factoryReset = usable.pipe(
         Effect.andThen(busy(live, Effect.gen(function*() {
+          yield* closeAgent(live)
           yield* dropProcesses(live)
           yield* ensureImage(live.image)
           registry.delete(live.containerId)
@@ -794,6 +853,7 @@ export const make = (options: DockerBackendOptions) =>
         live.destroyed = true
         live.gone ??= "it was deleted"
         registry.delete(live.containerId)
+        yield* closeAgent(live)
         yield* dropProcesses(live)
         yield* removeContainer(live.containerId)
       })

@@ -190,9 +190,6 @@ export const exitInfo = (end: { readonly exitCode: number; readonly status?: str
   return { exitCode: end.exitCode, signal: null }
 }
 
-/** See `startRaw`: how long a TTY process's events stay open after its exit. */
-const TTY_LINGER = Duration.millis(100)
-
 const LOST_EXIT: ExitInfo = { exitCode: null, signal: "SIGKILL" }
 
 // ---------------------------------------------------------------------------------------------
@@ -566,6 +563,14 @@ export const make = (options: E2BBackendOptions) =>
                 if (yield* stale) return yield* fail("the computer was restarted; this process is gone")
                 yield* call(what, f).pipe(Effect.mapError(toBackendError))
               })
+            /** Input for a process that has just ended (envd: not found) is dropped, as by a host pipe. */
+            const input = <A>(what: string, f: (signal: AbortSignal) => Promise<A>) =>
+              Effect.gen(function*() {
+                if (yield* stale) return yield* fail("the computer was restarted; this process is gone")
+                yield* call(what, f).pipe(
+                  Effect.catchAll((failure) => (isNotFound(failure.error) ? Effect.void : Effect.fail(toBackendError(failure))))
+                )
+              })
 
             const signalGroup = (name: string) =>
               call("signalling the process", (signal) =>
@@ -593,11 +598,11 @@ export const make = (options: E2BBackendOptions) =>
               events,
               write: (data) =>
                 tty
-                  ? live("writing to the terminal", (signal) => sandbox.pty.sendInput(pid, data, { signal }))
-                  : live("writing to stdin", (signal) => sandbox.commands.sendStdin(pid, data, { signal })),
+                  ? input("writing to the terminal", (signal) => sandbox.pty.sendInput(pid, data, { signal }))
+                  : input("writing to stdin", (signal) => sandbox.commands.sendStdin(pid, data, { signal })),
               closeStdin: tty
-                ? live("sending EOF", (signal) => sandbox.pty.sendInput(pid, new Uint8Array([4]), { signal }))
-                : live("closing stdin", (signal) => sandbox.commands.closeStdin(pid, { signal })),
+                ? input("sending EOF", (signal) => sandbox.pty.sendInput(pid, new Uint8Array([4]), { signal }))
+                : input("closing stdin", (signal) => sandbox.commands.closeStdin(pid, { signal })),
               signal: (name) =>
                 Effect.gen(function*() {
                   const normalized = normalizeSignal(name)
@@ -695,11 +700,7 @@ export const make = (options: E2BBackendOptions) =>
               })
             )
           })
-          const stream = Stream.repeatEffectChunkOption(pull)
-          // Workaround: the runtime disposes a TTY's screen as soon as the stream ends, before
-          // xterm has parsed the last bytes (it parses in ~12 ms slices), so they would be missing
-          // from the rendered screen. envd's stream ends right after the end event; linger a little.
-          return spec.tty ? Stream.concat(stream, Stream.fromEffect(Effect.sleep(TTY_LINGER)).pipe(Stream.drain)) : stream
+          return Stream.repeatEffectChunkOption(pull)
         }
         const started: Started = { pid, events, abort: () => controller.abort() }
         return started
@@ -774,8 +775,7 @@ export const make = (options: E2BBackendOptions) =>
             if (dropped) Effect.runPromise(onDropped).finally(finish)
             else finish()
           })
-          const stream = Stream.repeatEffectChunkOption(pull)
-          return spec.tty ? Stream.concat(stream, Stream.fromEffect(Effect.sleep(TTY_LINGER)).pipe(Stream.drain)) : stream
+          return Stream.repeatEffectChunkOption(pull)
         }
         const started: Started = {
           pid: handle.pid,

@@ -33,25 +33,25 @@
  * `sandbox: "none"` runs the agent directly on the host (NOT isolated): cwd and HOME are the
  * workspace directory itself.
  */
-import { Chunk, Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, Schema, Scope, Stream } from "effect"
+import { Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, Schema, Scope } from "effect"
 import { execFile } from "node:child_process"
 import { existsSync, lstatSync, readFileSync, readlinkSync } from "node:fs"
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join, resolve } from "node:path"
 import * as pty from "node-pty"
-import { BackendError, Unsupported } from "../../domain/Errors.js"
+import { BackendError } from "../../domain/Errors.js"
 import type {
   BackendComputer,
   BackendProcess,
   Capabilities,
   ComputerSpec,
   ExitInfo,
-  ProcessEvent,
   ProviderComputer,
   SpawnSpec
 } from "../../services/Backend.js"
 import { Backend } from "../../services/Backend.js"
 import * as AgentClient from "./AgentClient.js"
+import * as AgentProcesses from "./AgentProcesses.js"
 import * as NativeBinaries from "./NativeBinaries.js"
 
 export interface HostBackendOptions {
@@ -162,115 +162,6 @@ const checkBwrap = (bwrap: string | undefined, network: boolean) =>
     return yield* fail(`bwrap does not work on this host (${said}); ${NO_SANDBOX_HINT}.`)
   })
 
-/** First size of a process's output buffer; it doubles as needed. */
-const BUFFER_INITIAL = 64 * 1024
-/** Buffered output past which the process's output is held back until its consumer pulls. */
-const BUFFER_HOLD = 4 * 1024 * 1024
-/** A buffer this big is dropped after a round that used little of it. */
-const BUFFER_SHRINK_ABOVE = 1024 * 1024
-const EMPTY_BUFFER = Buffer.alloc(0)
-
-type Pending =
-  | { readonly _tag: "Stdout" | "Stderr"; readonly start: number; end: number }
-  | Extract<ProcessEvent, { readonly _tag: "Exit" }>
-
-/**
- * The events of one process, buffered until read: Exit at most once, nothing after the end.
- *
- * Aliasing rule: output is copied into one of two buffers, and each pull of `events` hands out
- * everything gathered since the last one as a chunk of views into that buffer. That memory is
- * filled again after the *next* pull, so a consumer must copy whatever it keeps of a chunk before
- * it pulls again (ProcessActor's OutputLog and TerminalScreen copy). This keeps heavy output from
- * allocating per read. When more than BUFFER_HOLD bytes wait, `hold(true)` stops the source
- * (backpressure) until the consumer pulls.
- */
-class EventSink {
-  private front: Buffer = EMPTY_BUFFER
-  private back: Buffer = EMPTY_BUFFER
-  private fill = 0
-  private pending: Array<Pending> = []
-  private exited = false
-  private ended = false
-  private holding = false
-  private wake: (() => void) | undefined
-  hold: (hold: boolean) => void = () => {}
-
-  readonly data = (data: Uint8Array) => this.push("Stdout", data)
-  readonly stderr = (data: Uint8Array) => this.push("Stderr", data)
-
-  readonly exit = (exit: ExitInfo) => {
-    if (this.exited || this.ended) return
-    this.exited = true
-    this.pending.push({ _tag: "Exit", exit })
-    this.notify()
-  }
-
-  readonly end = () => {
-    if (this.ended) return
-    this.exit({ exitCode: null, signal: "SIGKILL" })
-    this.ended = true
-    this.setHolding(false)
-    this.notify()
-  }
-
-  private readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> = Effect.suspend(() => {
-    if (this.pending.length > 0) return Effect.succeed(this.take())
-    if (this.ended) return Effect.fail(Option.none())
-    return Effect.async<Chunk.Chunk<ProcessEvent>, Option.Option<never>>((resume) => {
-      // Resumed with `pull` itself: the chunk holds everything that arrived until the fiber runs.
-      this.wake = () => resume(this.pull)
-      return Effect.sync(() => {
-        this.wake = undefined
-      })
-    })
-  })
-
-  readonly events: Stream.Stream<ProcessEvent> = Stream.repeatEffectChunkOption(this.pull)
-
-  private push(tag: "Stdout" | "Stderr", data: Uint8Array) {
-    if (this.ended || data.byteLength === 0) return
-    const end = this.fill + data.byteLength
-    if (end > this.back.length) {
-      const grown = Buffer.allocUnsafeSlow(Math.max(end, 2 * this.back.length, BUFFER_INITIAL))
-      this.back.copy(grown, 0, 0, this.fill)
-      this.back = grown
-    }
-    this.back.set(data, this.fill)
-    const last = this.pending[this.pending.length - 1]
-    if (last !== undefined && last._tag === tag && last.end === this.fill) last.end = end
-    else this.pending.push({ _tag: tag, start: this.fill, end })
-    this.fill = end
-    if (end >= BUFFER_HOLD) this.setHolding(true)
-    this.notify()
-  }
-
-  /** Hands out what is pending; the consumer is done with the previous chunk, whose buffer is refilled next. */
-  private take(): Chunk.Chunk<ProcessEvent> {
-    const buffer = this.back
-    const events = this.pending.map((event): ProcessEvent =>
-      event._tag === "Exit" ? event : { _tag: event._tag, data: buffer.subarray(event.start, event.end) }
-    )
-    this.pending = []
-    this.back = this.front.length > BUFFER_SHRINK_ABOVE && this.fill < BUFFER_INITIAL ? EMPTY_BUFFER : this.front
-    this.front = buffer
-    this.fill = 0
-    this.setHolding(false)
-    return Chunk.unsafeFromArray(events)
-  }
-
-  private setHolding(holding: boolean) {
-    if (this.holding === holding) return
-    this.holding = holding
-    this.hold(holding)
-  }
-
-  private notify() {
-    const wake = this.wake
-    this.wake = undefined
-    wake?.()
-  }
-}
-
 interface Computer {
   readonly client: AgentClient.AgentClient
   readonly binaries: NativeBinaries.NativeBinaries
@@ -279,58 +170,18 @@ interface Computer {
   readonly runDir: string
 }
 
-const killOnClose = (computer: Computer, id: number, sink: EventSink) =>
-  Effect.sync(() => {
-    if (computer.client.isOpen(id)) computer.client.signal(id, "SIGKILL")
-    // Also after CLOSED: a TTY process holds its terminal until released.
-    computer.client.release(id)
-    sink.end()
-  })
+const killOnClose = (computer: Computer, id: number, sink: AgentProcesses.EventSink) =>
+  AgentProcesses.killOnClose(computer.client, id, sink)
 
-const agentAlive = (computer: Computer) =>
-  Effect.suspend(() => {
-    const failure = computer.client.failure
-    return failure === undefined ? Effect.void : Effect.fail(fail(failure))
-  })
+const agentAlive = (computer: Computer) => AgentProcesses.agentAlive(NAME, computer.client)
 
-const signalProcess = (computer: Computer, id: number) => (signal: string) =>
-  Effect.gen(function*() {
-    yield* agentAlive(computer)
-    if (!computer.client.signal(id, signal)) return yield* fail(`unknown signal '${signal}'`)
-  })
+const signalProcess = (computer: Computer, id: number) => AgentProcesses.signalProcess(NAME, computer.client, id)
 
-const spawnPipes = (computer: Computer, spec: SpawnSpec) =>
-  Effect.gen(function*() {
-    const sink = new EventSink()
-    const { client } = computer
-    // Output may arrive before the spawn effect resumes with the process's id.
-    const held: { id: number | undefined; early: boolean } = { id: undefined, early: false }
-    sink.hold = (hold) => (held.id === undefined ? (held.early = hold) : client.holdOutput(held.id, hold))
-    const { id, pid } = yield* Effect.acquireRelease(
-      client.spawn({ argv: spec.argv, cwd: spec.cwd, env: spec.env }, {
-        onStdout: sink.data,
-        onStderr: sink.stderr,
-        onExit: sink.exit,
-        onClosed: sink.end
-      }),
-      ({ id }) => killOnClose(computer, id, sink)
-    )
-    held.id = id
-    if (held.early) client.holdOutput(id, true)
-    const process: BackendProcess = {
-      pid,
-      events: sink.events,
-      write: (data) => agentAlive(computer).pipe(Effect.andThen(() => client.write(id, data))),
-      closeStdin: agentAlive(computer).pipe(Effect.andThen(() => client.closeStdin(id))),
-      signal: signalProcess(computer, id),
-      resize: () => Effect.fail(new Unsupported({ backend: NAME, feature: "resize of a process without a TTY" }))
-    }
-    return process
-  })
+const spawnPipes = (computer: Computer, spec: SpawnSpec) => AgentProcesses.spawnPipes(NAME, computer.client, spec)
 
 const spawnTty = (computer: Computer, spec: SpawnSpec, size: { readonly cols: number; readonly rows: number }) =>
   Effect.gen(function*() {
-    const sink = new EventSink()
+    const sink = new AgentProcesses.EventSink()
     const { client } = computer
     let term: pty.IPty | undefined
     sink.hold = (hold) => (hold ? term?.pause() : term?.resume())

@@ -249,7 +249,12 @@ export const start = (options: {
 
     const pump = (stream: Stream.Stream<Uint8Array, ModalGatewayError>, onData: (data: Uint8Array) => void, scanner: MarkerScanner) =>
       stream.pipe(
-        Stream.runForEach((chunk) => Effect.sync(() => onData(chunk))),
+        Stream.runForEach((chunk) =>
+          Effect.sync(() => {
+            onData(chunk)
+            settle()
+          })
+        ),
         Effect.ignore,
         Effect.andThen(Effect.sync(() => {
           scanner.flush()

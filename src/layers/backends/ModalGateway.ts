@@ -174,12 +174,12 @@ const sandboxHandle = (sandbox: Sandbox): SandboxHandle => ({
   sandboxId: sandbox.sandboxId,
   exec: (request) =>
     call("start a command", () => sandbox.exec([...request.argv], execParams(request))).pipe(
-      Effect.map((process): ExecHandle => ({
-        stdout: fromReadable("read stdout", process.stdout),
-        stderr: fromReadable("read stderr", process.stderr),
-        writeStdin: (data) => call("write stdin", () => process.stdin.writeBytes(data)),
-        closeStdin: call("close stdin", () => process.stdin.close()),
-        wait: call("wait for the command", () => process.wait())
+      Effect.map((command): ExecHandle => ({
+        stdout: fromReadable("read stdout", command.stdout),
+        stderr: fromReadable("read stderr", command.stderr),
+        writeStdin: (data) => call("write stdin", () => command.stdin.writeBytes(data)),
+        closeStdin: call("close stdin", () => command.stdin.close()),
+        wait: call("wait for the command", () => command.wait())
       }))
     ),
   tags: call("read the sandbox's tags", () => sandbox.getTags()),

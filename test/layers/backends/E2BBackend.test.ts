@@ -430,6 +430,13 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B bac
       yield* cat.write(new TextEncoder().encode("through stdin"))
       yield* cat.closeStdin
       assert.strictEqual(text((yield* collect(cat)).stdout), "through stdin")
+      // TTY: SDK's pty.create (an interactive bash) that then execs the command.
+      const tty = yield* computer.spawn(spec(["sh", "-c", "stty size; read x; echo \"got $x\""], { tty: { cols: 90, rows: 30 } }))
+      const { exit, fiber, output } = yield* waitFor(tty, /30 90/)
+      yield* tty.write(new TextEncoder().encode("it\r"))
+      assert.deepStrictEqual(yield* Deferred.await(exit).pipe(Effect.timeout("20 seconds")), { exitCode: 0, signal: null })
+      yield* Fiber.join(fiber)
+      assert.match(yield* Ref.get(output), /got it/)
     }).pipe(Effect.scoped, Effect.provide(backendLayer({ publicOutputApi: true }))), 60_000)
 })
 

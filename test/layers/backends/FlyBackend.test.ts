@@ -162,13 +162,33 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("FlyBack
         }))
     }), 60_000)
 
+  it.live("wait: a 408 means not yet and is asked again; a machine that never starts is a clear error and is removed", () =>
+    Effect.gen(function*() {
+      fake.bootDelayMs = 2500
+      const from = fake.requests.length
+      yield* withBackend(options(fake.url, { tuning: { waitTimeoutSeconds: 1 } }), (backend) =>
+        Effect.gen(function*() {
+          const computer = yield* backend.open({ id: "slowboot", temporary: true })
+          assert.strictEqual(fake.machines.get(computer.providerId)?.state, "started")
+        }))
+      const waits = fake.requests.slice(from).filter((request) => request.action === "GET wait")
+      assert.isAtLeast(waits.filter((request) => request.status === 408).length, 1)
+      assert.isAtMost(waits.length, 6)
+      fake.bootDelayMs = 5000
+      const error = yield* withBackend(options(fake.url, { tuning: { waitTimeoutSeconds: 1, startTimeoutMs: 1500 } }), (backend) =>
+        Effect.flip(backend.open({ id: "neverboot", temporary: true })))
+      assert.match(error.message, /did not become started within 2 s/)
+      assert.isUndefined(fake.byName("kilntainer-neverboot"))
+    }).pipe(Effect.ensuring(Effect.sync(() => (fake.bootDelayMs = 0)))), 60_000)
+
   it.live("a machine of that name that is not ours is refused and left alone", () =>
     Effect.gen(function*() {
       const foreign = yield* Effect.promise(() => post("", { name: "kilntainer-foreign", config: { image: "nginx" } }))
       const error = yield* withBackend(options(fake.url), (backend) => Effect.flip(backend.open({ id: "foreign", temporary: true })))
       assert.strictEqual(error._tag, "BackendError")
       assert.match(error.message, /kilntainer-foreign.*not created by kilntainers/)
-      assert.strictEqual(fake.machines.get(foreign.id)?.state, "started")
+      assert.notStrictEqual(fake.machines.get(foreign.id)?.state, "destroyed")
+      assert.isUndefined(fake.machines.get(foreign.id)?.config["metadata"])
       fake.destroyFromOutside(foreign.id)
     }), 60_000)
 
@@ -188,14 +208,11 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("FlyBack
       const requests = fake.requests.slice(from)
       const limited = requests.filter((request) => request.status === 429)
       assert.isAbove(limited.length, 0, "the fake did rate-limit")
-      // After a 429 the same action on the same machine is not asked again before Retry-After (1 s).
-      for (const refusal of limited) {
-        const next = requests.find((request) =>
-          request.at > refusal.at && request.action === refusal.action && request.machine === refusal.machine
-        )
-        if (next) assert.isAtLeast(next.at - refusal.at, 900, `${refusal.action} retried too early`)
-      }
+      // Each caller waits Retry-After (1 s) before asking again: a handful of concurrent callers
+      // produce a handful of refusals per second, not a storm.
       const seconds = (Date.now() - started) / 1000
+      assert.isAtLeast(seconds, 1, "the backend waited for Retry-After")
+      assert.isBelow(limited.length, 6 * seconds + 6, `${limited.length} refusals in ${seconds} s`)
       assert.isBelow(requests.length, 20 + seconds * 8, `${requests.length} requests in ${seconds} s`)
     }), 60_000)
 
@@ -313,9 +330,9 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("FlyBack
       yield* withBackend(options(fake.url, { tuning: { leaseTtlMs: 900 } }), (backend) =>
         Effect.gen(function*() {
           assert.strictEqual(fake.machines.get(expired.id)?.state, "destroyed")
-          assert.strictEqual(fake.machines.get(leased.id)?.state, "started")
-          assert.strictEqual(fake.machines.get(permanent.id)?.state, "started")
-          assert.strictEqual(fake.machines.get(foreign.id)?.state, "started")
+          assert.notStrictEqual(fake.machines.get(leased.id)?.state, "destroyed")
+          assert.notStrictEqual(fake.machines.get(permanent.id)?.state, "destroyed")
+          assert.notStrictEqual(fake.machines.get(foreign.id)?.state, "destroyed")
           const computer = yield* backend.open({ id: "leased", temporary: true })
           const first = fake.machines.get(computer.providerId)!.config["metadata"]["kilntainers-expires"] as string
           yield* Effect.sleep(Duration.millis(800))

@@ -82,15 +82,20 @@ export class Feed {
     if (this.queue.length === 0 && !this.ended) return
     // The worker is reading the chunk: refill when it has taken it.
     this.waiting = true
-    const result = Atomics.waitAsync(ring.ctl, 0, 1)
+    const result = waitAsync(ring.ctl, 0, 1)
     const again = () => {
       this.waiting = false
       if (this.ring === ring) this.pump()
     }
-    if (result.async) void result.value.then(again)
+    if (result.async) void (result.value as Promise<string>).then(again)
     else again()
   }
 }
+
+/** Atomics.waitAsync (Node 16+; typed from ES2024 on). */
+const waitAsync = (Atomics as unknown as {
+  readonly waitAsync: (array: Int32Array, index: number, value: number) => { readonly async: boolean; readonly value: Promise<string> | string }
+}).waitAsync
 
 export interface RunOutcome {
   readonly code: number
