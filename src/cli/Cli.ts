@@ -37,12 +37,13 @@ const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
 )
 
 const options = {
-  backend: Options.choice("backend", ["auto", "host", "docker"]).pipe(
-    Options.withFallbackConfig(Config.literal("auto", "host", "docker")(env("backend"))),
+  backend: Options.choice("backend", ["auto", "host", "docker", "fly", "e2b", "modal"]).pipe(
+    Options.withFallbackConfig(Config.literal("auto", "host", "docker", "fly", "e2b", "modal")(env("backend"))),
     Options.withDefault("auto" as const),
     Options.withDescription(
       "Where computers run: docker (a container per computer; also podman and remote engines), host (a bubblewrap " +
-        "sandbox per computer), or auto (default: docker when an engine answers, else host) (env KILNTAINERS_BACKEND)"
+        "sandbox per computer), fly (Fly Machines), e2b (E2B sandboxes), modal (Modal sandboxes), or auto (default: " +
+        "docker when an engine answers, else host) (env KILNTAINERS_BACKEND)"
     )
   ),
   engine: Options.choice("engine", ["docker", "podman"]).pipe(
@@ -89,6 +90,60 @@ const options = {
   ),
   allowUnauthenticatedHttp: flag("allow-unauthenticated-http", "HTTP: allow a non-loopback --host without --auth-token"),
   maxSessions: int("max-sessions", 100, "HTTP: most concurrent MCP sessions"),
+  // Fly Machines
+  flyApp: Options.text("fly-app").pipe(
+    Options.withFallbackConfig(Config.string("FLY_APP_NAME")),
+    Options.optional,
+    Options.withDescription("fly: the Fly app whose machines are the computers (env FLY_APP_NAME)")
+  ),
+  flyToken: Options.redacted("fly-token").pipe(
+    Options.withFallbackConfig(Config.redacted("FLY_API_TOKEN").pipe(Config.orElse(() => Config.redacted("FLY_TOKEN")))),
+    Options.optional,
+    Options.withDescription("fly: API token (prefer env FLY_API_TOKEN or FLY_TOKEN: flags show in ps)")
+  ),
+  flyImage: Options.text("fly-image").pipe(Options.withDefault("debian:bookworm-slim"), Options.withDescription("fly: machine image (default debian:bookworm-slim)")),
+  flyRegion: Options.text("fly-region").pipe(
+    Options.withFallbackConfig(Config.string("FLY_REGION")),
+    Options.optional,
+    Options.withDescription("fly: region (env FLY_REGION)")
+  ),
+  flyCpuKind: Options.choice("fly-cpu-kind", ["shared", "performance"]).pipe(Options.withDefault("shared" as const), Options.withDescription("fly: CPU kind (default shared)")),
+  flyCpus: Options.integer("fly-cpus").pipe(Options.withDefault(1), Options.withDescription("fly: CPUs per machine (default 1)")),
+  flyMemory: Options.integer("fly-memory").pipe(Options.withDefault(512), Options.withDescription("fly: memory per machine, MB (default 512, >= 256)")),
+  flyRootfsSize: Options.integer("fly-rootfs-size").pipe(Options.optional, Options.withDescription("fly: root filesystem size, GB")),
+  flyApiUrl: Options.text("fly-api-url").pipe(Options.withDefault("https://api.machines.dev"), Options.withDescription("fly: Machines API URL")),
+  // E2B
+  e2bApiKey: Options.redacted("e2b-api-key").pipe(
+    Options.withFallbackConfig(Config.redacted("E2B_API_KEY")),
+    Options.optional,
+    Options.withDescription("e2b: API key (prefer env E2B_API_KEY)")
+  ),
+  e2bTemplate: Options.text("e2b-template").pipe(Options.withDefault("base"), Options.withDescription("e2b: sandbox template (default base)")),
+  e2bSandboxTimeout: Options.integer("e2b-sandbox-timeout").pipe(Options.withDefault(3600), Options.withDescription("e2b: sandbox lifetime, seconds, renewed while in use (default 3600)")),
+  e2bMetadata: Options.keyValueMap("e2b-metadata").pipe(Options.optional, Options.withDescription("e2b: k=v metadata on sandboxes (repeatable)")),
+  e2bEnv: Options.keyValueMap("e2b-env").pipe(Options.optional, Options.withDescription("e2b: k=v sandbox environment (repeatable)")),
+  e2bApiUrl: Options.text("e2b-api-url").pipe(Options.optional, Options.withDescription("e2b: control-plane API URL (the SDK's apiUrl)")),
+  e2bSandboxUrl: Options.text("e2b-sandbox-url").pipe(Options.optional, Options.withDescription("e2b: sandbox (envd) URL (the SDK's sandboxUrl)")),
+  e2bDomain: Options.text("e2b-domain").pipe(Options.optional, Options.withDescription("e2b: E2B domain")),
+  e2bHome: Options.text("e2b-home").pipe(Options.optional, Options.withDescription("e2b: home directory in the template (default /home/user)")),
+  // Modal
+  modalTokenId: Options.redacted("modal-token-id").pipe(
+    Options.withFallbackConfig(Config.redacted("MODAL_TOKEN_ID")),
+    Options.optional,
+    Options.withDescription("modal: token id (env MODAL_TOKEN_ID)")
+  ),
+  modalTokenSecret: Options.redacted("modal-token-secret").pipe(
+    Options.withFallbackConfig(Config.redacted("MODAL_TOKEN_SECRET")),
+    Options.optional,
+    Options.withDescription("modal: token secret (env MODAL_TOKEN_SECRET)")
+  ),
+  modalAppName: Options.text("modal-app-name").pipe(Options.withDefault("kilntainers"), Options.withDescription("modal: app name (default kilntainers)")),
+  modalImage: Options.text("modal-image").pipe(Options.withDefault("debian:bookworm-slim"), Options.withDescription("modal: registry image (default debian:bookworm-slim)")),
+  modalCpu: Options.float("modal-cpu").pipe(Options.withDefault(1), Options.withDescription("modal: CPUs (default 1.0)")),
+  modalMemory: Options.integer("modal-memory").pipe(Options.withDefault(512), Options.withDescription("modal: memory, MiB (default 512)")),
+  gpu: Options.text("gpu").pipe(Options.optional, Options.withDescription("modal: GPU, e.g. T4 or A100-80GB:2")),
+  region: Options.text("region").pipe(Options.optional, Options.withDescription("modal: region, e.g. us-east")),
+  sandboxTimeout: Options.integer("sandbox-timeout").pipe(Options.withDefault(3600), Options.withDescription("modal: sandbox lifetime, seconds (default 3600, max 86400)")),
   timeout: int("timeout", defaultSettings.timeout, "sandbox_exec default timeout, seconds (>= 1)"),
   outputLimit: int("output-limit", defaultSettings.outputLimit, "Most bytes of output one sandbox_exec result carries (>= 1)"),
   shell: Options.text("shell").pipe(
@@ -153,6 +208,13 @@ export const toSettings = (parsed: Parsed) =>
     yield* positive("port", parsed.port, 0)
     yield* positive("session-timeout", parsed.sessionTimeout, 1)
     yield* positive("max-sessions", parsed.maxSessions, 1)
+    yield* positive("fly-cpus", parsed.flyCpus, 1)
+    yield* positive("fly-memory", parsed.flyMemory, 256)
+    yield* positive("e2b-sandbox-timeout", parsed.e2bSandboxTimeout, 1)
+    yield* positive("modal-memory", parsed.modalMemory, 1)
+    yield* positive("sandbox-timeout", parsed.sandboxTimeout, 1)
+    if (parsed.sandboxTimeout > 86_400) return yield* Effect.fail("--sandbox-timeout must be at most 86400")
+    if (!(parsed.modalCpu > 0)) return yield* Effect.fail("--modal-cpu must be > 0")
     if (Option.isSome(parsed.cpu) && !(parsed.cpu.value > 0)) return yield* Effect.fail("--cpu must be > 0")
     if (Option.isSome(parsed.memory) && !/^\d+(\.\d+)?[bkmg]?$/i.test(parsed.memory.value)) {
       return yield* Effect.fail("--memory must look like 512m or 2g")
@@ -171,6 +233,39 @@ export const toSettings = (parsed: Parsed) =>
       memory: Option.getOrUndefined(parsed.memory),
       pidsLimit: parsed.pidsLimit,
       dockerRunFlags: parsed.dockerRunFlag,
+      fly: {
+        app: Option.getOrUndefined(parsed.flyApp),
+        token: Option.getOrUndefined(parsed.flyToken),
+        image: parsed.flyImage,
+        region: Option.getOrUndefined(parsed.flyRegion),
+        cpuKind: parsed.flyCpuKind,
+        cpus: parsed.flyCpus,
+        memoryMb: parsed.flyMemory,
+        rootfsSizeGb: Option.getOrUndefined(parsed.flyRootfsSize),
+        apiUrl: parsed.flyApiUrl
+      },
+      e2b: {
+        apiKey: Option.getOrUndefined(parsed.e2bApiKey),
+        template: parsed.e2bTemplate,
+        sandboxTimeoutSec: parsed.e2bSandboxTimeout,
+        metadata: Option.match(parsed.e2bMetadata, { onNone: () => ({}), onSome: (map) => Object.fromEntries(map) }),
+        envs: Option.match(parsed.e2bEnv, { onNone: () => ({}), onSome: (map) => Object.fromEntries(map) }),
+        apiUrl: Option.getOrUndefined(parsed.e2bApiUrl),
+        sandboxUrl: Option.getOrUndefined(parsed.e2bSandboxUrl),
+        domain: Option.getOrUndefined(parsed.e2bDomain),
+        home: Option.getOrUndefined(parsed.e2bHome)
+      },
+      modal: {
+        tokenId: Option.getOrUndefined(parsed.modalTokenId),
+        tokenSecret: Option.getOrUndefined(parsed.modalTokenSecret),
+        appName: parsed.modalAppName,
+        image: parsed.modalImage,
+        cpu: parsed.modalCpu,
+        memoryMb: parsed.modalMemory,
+        gpu: Option.getOrUndefined(parsed.gpu),
+        region: Option.getOrUndefined(parsed.region),
+        sandboxTimeoutSec: parsed.sandboxTimeout
+      },
       transport: parsed.transport,
       timeout: parsed.timeout,
       outputLimit: parsed.outputLimit,

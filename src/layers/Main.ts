@@ -1,6 +1,10 @@
 import { Effect, Layer, Logger, Runtime } from "effect"
 import type { SettingsShape } from "../services/Settings.js"
+import { BackendError } from "../domain/Errors.js"
 import * as DockerBackend from "./backends/DockerBackend.js"
+import * as E2BBackend from "./backends/E2BBackend.js"
+import * as FlyBackend from "./backends/FlyBackend.js"
+import * as ModalBackend from "./backends/ModalBackend.js"
 import * as HostBackend from "./backends/HostBackend.js"
 import * as KilntainersRuntime from "./Runtime.js"
 
@@ -26,6 +30,60 @@ const dockerLayer = (settings: SettingsShape, instanceId: string, log: (line: st
     onPullProgress: (line) => log(`pull ${settings.image}: ${line}`)
   })
 
+const missing = (backend: string, what: string) =>
+  Layer.fail(new BackendError({ backend, reason: `${what} is required` }))
+
+const flyLayer = (settings: SettingsShape, instanceId: string) => {
+  const fly = settings.fly
+  if (fly.app === undefined) return missing("fly", "--fly-app (or FLY_APP_NAME)")
+  if (fly.token === undefined) return missing("fly", "a token in FLY_API_TOKEN or FLY_TOKEN (or --fly-token)")
+  return FlyBackend.layer({
+    app: fly.app,
+    token: fly.token,
+    image: fly.image,
+    region: fly.region,
+    cpuKind: fly.cpuKind,
+    cpus: fly.cpus,
+    memoryMb: fly.memoryMb,
+    rootfsSizeGb: fly.rootfsSizeGb,
+    apiUrl: fly.apiUrl,
+    network: settings.network,
+    instanceId
+  })
+}
+
+const e2bLayer = (settings: SettingsShape, instanceId: string) => {
+  const e2b = settings.e2b
+  if (e2b.apiKey === undefined) return missing("e2b", "an API key in E2B_API_KEY (or --e2b-api-key)")
+  return E2BBackend.layer({
+    apiKey: e2b.apiKey,
+    template: e2b.template,
+    sandboxTimeoutSec: e2b.sandboxTimeoutSec,
+    metadata: e2b.metadata,
+    envs: e2b.envs,
+    apiUrl: e2b.apiUrl,
+    sandboxUrl: e2b.sandboxUrl,
+    domain: e2b.domain,
+    home: e2b.home,
+    instanceId
+  })
+}
+
+const modalLayer = (settings: SettingsShape, instanceId: string) =>
+  ModalBackend.layer({
+    tokenId: settings.modal.tokenId,
+    tokenSecret: settings.modal.tokenSecret,
+    appName: settings.modal.appName,
+    image: settings.modal.image,
+    cpu: settings.modal.cpu,
+    memoryMb: settings.modal.memoryMb,
+    gpu: settings.modal.gpu,
+    region: settings.modal.region,
+    sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
+    network: settings.network,
+    instanceId
+  })
+
 /**
  * The backend the settings ask for. `auto` picks docker when an engine answers, else host, and
  * says which on stderr.
@@ -44,9 +102,18 @@ export const backendLayer = (settings: SettingsShape, instanceId: string) =>
     }
     // Pull progress goes to the log (stderr), never to stdout.
     const log = Runtime.runSync(yield* Effect.runtime<never>())
-    return backend === "docker"
-      ? dockerLayer(settings, instanceId, (line) => log(Effect.logInfo(line)))
-      : hostLayer(settings)
+    switch (backend) {
+      case "docker":
+        return dockerLayer(settings, instanceId, (line) => log(Effect.logInfo(line)))
+      case "fly":
+        return flyLayer(settings, instanceId)
+      case "e2b":
+        return e2bLayer(settings, instanceId)
+      case "modal":
+        return modalLayer(settings, instanceId)
+      case "host":
+        return hostLayer(settings)
+    }
   }))
 
 /** Everything a server needs: the runtime over the configured backend. */

@@ -1,9 +1,48 @@
-import { Context } from "effect"
+import { Context, type Redacted } from "effect"
+
+/** Fly Machines backend settings (--fly-*). */
+export interface FlySettings {
+  readonly app: string | undefined
+  readonly token: Redacted.Redacted<string> | undefined
+  readonly image: string
+  readonly region: string | undefined
+  readonly cpuKind: "shared" | "performance"
+  readonly cpus: number
+  readonly memoryMb: number
+  readonly rootfsSizeGb: number | undefined
+  readonly apiUrl: string
+}
+
+/** E2B backend settings (--e2b-*). */
+export interface E2BSettings {
+  readonly apiKey: Redacted.Redacted<string> | undefined
+  readonly template: string
+  readonly sandboxTimeoutSec: number
+  readonly metadata: Readonly<Record<string, string>>
+  readonly envs: Readonly<Record<string, string>>
+  readonly apiUrl: string | undefined
+  readonly sandboxUrl: string | undefined
+  readonly domain: string | undefined
+  readonly home: string | undefined
+}
+
+/** Modal backend settings (--modal-*, --gpu, --region, --sandbox-timeout). */
+export interface ModalSettings {
+  readonly tokenId: Redacted.Redacted<string> | undefined
+  readonly tokenSecret: Redacted.Redacted<string> | undefined
+  readonly appName: string
+  readonly image: string
+  readonly cpu: number
+  readonly memoryMb: number
+  readonly gpu: string | undefined
+  readonly region: string | undefined
+  readonly sandboxTimeoutSec: number
+}
 
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
   /** Where computers run; `auto` = docker when an engine answers, else host. */
-  readonly backend: "auto" | "host" | "docker"
+  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal"
   readonly transport: "stdio" | "http"
   /** sandbox_exec default timeout, seconds. */
   readonly timeout: number
@@ -41,6 +80,9 @@ export interface SettingsShape {
   readonly memory: string | undefined
   readonly pidsLimit: number
   readonly dockerRunFlags: ReadonlyArray<string>
+  readonly fly: FlySettings
+  readonly e2b: E2BSettings
+  readonly modal: ModalSettings
 }
 
 export const defaultSettings: SettingsShape = {
@@ -71,7 +113,40 @@ export const defaultSettings: SettingsShape = {
   cpu: undefined,
   memory: undefined,
   pidsLimit: 512,
-  dockerRunFlags: []
+  dockerRunFlags: [],
+  fly: {
+    app: undefined,
+    token: undefined,
+    image: "debian:bookworm-slim",
+    region: undefined,
+    cpuKind: "shared",
+    cpus: 1,
+    memoryMb: 512,
+    rootfsSizeGb: undefined,
+    apiUrl: "https://api.machines.dev"
+  },
+  e2b: {
+    apiKey: undefined,
+    template: "base",
+    sandboxTimeoutSec: 3600,
+    metadata: {},
+    envs: {},
+    apiUrl: undefined,
+    sandboxUrl: undefined,
+    domain: undefined,
+    home: undefined
+  },
+  modal: {
+    tokenId: undefined,
+    tokenSecret: undefined,
+    appName: "kilntainers",
+    image: "debian:bookworm-slim",
+    cpu: 1,
+    memoryMb: 512,
+    gpu: undefined,
+    region: undefined,
+    sandboxTimeoutSec: 3600
+  }
 }
 
 /** The server's settings, provided once at the composition root. */

@@ -5,9 +5,9 @@
 
 int main(void) {
   size_t size = 200u << 20;
-  char *p = malloc(size);
+  char *volatile p = malloc(size); /* volatile: the compiler may not drop the allocation */
   if (p == NULL) { puts("allocation refused"); return 0; }
   memset(p, 1, size);
   puts("allocated 200 MiB");
-  return 0;
+  return p[size - 1] == 1 ? 0 : 1;
 }

@@ -123,7 +123,7 @@ function run(shim, job) {
   try {
     const instance = new WebAssembly.Instance(job.module, { wasi_snapshot_preview1: imports, wasi_unstable: imports });
     memory = instance.exports.memory;
-    wasi.start(instance);
+    code = wasi.start(instance);
   } catch (error) {
     if (error instanceof shim.WASIProcExit) code = error.code;
     else { code = 1; trap = error instanceof Error ? error.message : String(error); }
