@@ -1,4 +1,5 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import type { ChildProcess } from "node:child_process"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
 import { mkdtempSync } from "node:fs"
@@ -81,7 +82,7 @@ export interface HttpServerProcess {
   readonly url: string
   readonly port: number
   readonly stateDir: string
-  readonly child: import("node:child_process").ChildProcess
+  readonly child: ChildProcess
   readonly stderr: () => string
   readonly stop: (signal?: NodeJS.Signals) => Promise<number | null>
 }
