@@ -79,7 +79,12 @@ int execvp(const char *file, char *const argv[]) { (void)file; (void)argv; errno
 pid_t waitpid(pid_t pid, int *status, int options) { (void)pid; (void)status; (void)options; errno = ECHILD; return -1; }
 pid_t wait(int *status) { (void)status; errno = ECHILD; return -1; }
 int pipe(int fds[2]) { (void)fds; errno = ENOSYS; return -1; }
-int dup(int fd) { (void)fd; errno = ENOSYS; return -1; }
+/* WASI cannot duplicate a descriptor; a directory (ls dup()s one) is opened again instead. */
+int dup(int fd) {
+  int again = openat(fd, ".", O_RDONLY | O_DIRECTORY);
+  if (again < 0) errno = ENOSYS;
+  return again;
+}
 int dup2(int fd, int to) { (void)fd; (void)to; errno = ENOSYS; return -1; }
 int kill(pid_t pid, int sig) { (void)pid; (void)sig; errno = EPERM; return -1; }
 pid_t getppid(void) { return 0; }
