@@ -112,6 +112,12 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(left, "0")
       })), 120_000)
 
+    it.live("has no network unless it was asked for", needing(target, ["networkControl"], Effect.gen(function*() {
+      const { processes } = yield* services
+      const interfaces = yield* processes.exec("c", { command: "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '" })
+      assert.deepStrictEqual(interfaces.stdout.trim().split("\n"), ["lo"])
+    })), 120_000)
+
     it.live("a process that outlives its timeout keeps running in the background", () =>
       run(target, Effect.gen(function*() {
         const { processes } = yield* services

@@ -86,7 +86,7 @@ export const capabilities: Capabilities = {
   factoryReset: true,
   persistence: true,
   files: true,
-  networkControl: false
+  networkControl: true
 }
 
 const fail = (reason: string) => new BackendError({ backend: NAME, reason })

@@ -113,7 +113,7 @@ describe("memory section", () => {
 })
 
 describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () => {
-  it.scoped("every built tool runs", () =>
+  it.scopedLive("every built tool runs", () =>
     Effect.gen(function*() {
       const c = yield* openComputer()
       yield* ok(c, "printf 'b\\na\\nb\\nc\\n' > f.txt && mkdir -p d/e && echo hello > d/e/g.txt")
@@ -148,7 +148,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () =>
       }
     }), 120_000)
 
-  it.scoped("pipelines, redirections, && || ; and expansion", () =>
+  it.scopedLive("pipelines, redirections, && || ; and expansion", () =>
     Effect.gen(function*() {
       const c = yield* openComputer()
       yield* ok(c, "printf 'x1\\ny\\nx2\\n' > f")
@@ -179,7 +179,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () =>
       assert.strictEqual(missing.exit?.exitCode, 127)
     }), 120_000)
 
-  it.scoped("no host path is reachable", () =>
+  it.scopedLive("no host path is reachable", () =>
     Effect.gen(function*() {
       const c = yield* openComputer()
       const passwd = yield* sh(c, "cat /etc/passwd")
@@ -196,7 +196,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () =>
       assert.strictEqual(yield* ok(c, "ln -s /etc/hostname link && cat link"), `${c.providerId.slice(5)}\n`)
     }), 60_000)
 
-  it.scoped("a wall-clock limit ends an infinite loop; kill ends a process", () =>
+  it.scopedLive("a wall-clock limit ends an infinite loop; kill ends a process", () =>
     Effect.gen(function*() {
       const c = yield* openComputer({ mode: "module", modulePath: testModule("spin"), timeoutMs: 500 })
       const started = Date.now()
@@ -219,7 +219,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () =>
       assert.deepStrictEqual(killed.exit, { exitCode: null, signal: "SIGTERM" })
     }), 60_000)
 
-  it.scoped("memory: a module over the cap is capped; one that needs more at start is refused", () =>
+  it.scopedLive("memory: a module over the cap is capped; one that needs more at start is refused", () =>
     Effect.gen(function*() {
       // bigmem declares a 1 GiB maximum and allocates 200 MiB: under a 64 MiB cap it cannot
       const declared = memoryLimits(new Uint8Array(readFileSync(testModule("bigmem"))))
@@ -236,7 +236,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () =>
       assert.match(refused.reason, /needs .* MiB of memory at start/)
     }), 60_000)
 
-  it.scoped("module mode: argv, env, stdin and the virtual filesystem", () =>
+  it.scopedLive("module mode: argv, env, stdin and the virtual filesystem", () =>
     Effect.gen(function*() {
       const backend = yield* WasmBackend.make(options({ mode: "module", modulePath: testModule("hello") }))
       assert.isFalse(backend.capabilities.files)
@@ -256,7 +256,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("wasm backend", () =>
       assert.deepStrictEqual(again.exit, { exitCode: 3, signal: null })
     }), 60_000)
 
-  it.scoped("the filesystem persists across processes and restart, factory reset erases it", () =>
+  it.scopedLive("the filesystem persists across processes and restart, factory reset erases it", () =>
     Effect.gen(function*() {
       const id = computerId()
       const c = yield* openComputer({}, id, false)

@@ -177,9 +177,12 @@ export class WorkerPool {
       void worker.terminate()
       resolveDone(outcome)
     }
-    worker.on("message", (message: { t: string; fd?: number; data?: Uint8Array; code?: number; changes?: Array<Change>; trap?: string }) => {
+    const ctl = new Int32Array(stdin, 0, 4)
+    worker.on("message", (message: { t: string; fd?: number; data?: Uint8Array; weight?: number; code?: number; changes?: Array<Change>; trap?: string }) => {
       if (finished) return
       if (message.t === "out" && message.data !== undefined) {
+        Atomics.sub(ctl, 3, message.weight ?? message.data.byteLength)
+        Atomics.notify(ctl, 3)
         if (message.fd === 2) job.onStderr(message.data)
         else job.onStdout(message.data)
       } else if (message.t === "exit") {

@@ -7,6 +7,9 @@
  * It posts `{ t: "out", fd: 1 | 2, data }` as the module writes, then
  * `{ t: "exit", code, changes, trap? }` where `changes` are the filesystem changes (Vfs.Change).
  *
+ * Output is bounded: Int32 [3] of the stdin buffer counts bytes posted and not yet taken; past
+ * OUTPUT_WINDOW_BYTES the worker waits (so a fast writer cannot flood the main thread).
+ *
  * Stdin is a ring of one chunk in a SharedArrayBuffer: Int32 [state, length, position] then the
  * bytes; state 0 = empty (the main thread may fill it), 1 = data, 2 = end of input. A read blocks
  * on Atomics.wait until the main thread fills it or ends it.
@@ -16,6 +19,8 @@
  */
 export const STDIN_HEADER_BYTES = 16
 export const STDIN_CHUNK_BYTES = 64 * 1024
+/** Output a worker may have in flight before it waits for the main thread to take it. */
+export const OUTPUT_WINDOW_BYTES = 1024 * 1024
 
 export const workerSource = (shimUrl: string) => `
 "use strict";
@@ -29,7 +34,7 @@ import(SHIM_URL).then((shim) => {
 });
 
 function run(shim, job) {
-  const ctl = new Int32Array(job.stdin, 0, 3);
+  const ctl = new Int32Array(job.stdin, 0, 4);
   const ring = new Uint8Array(job.stdin, HEADER);
   const EMPTY = new Uint8Array(0);
 
@@ -44,6 +49,15 @@ function run(shim, job) {
   shim.File.prototype.path_open = function (oflags, ...rest) {
     if ((oflags & shim.wasi.OFLAGS_TRUNC) === shim.wasi.OFLAGS_TRUNC) dirty.add(this);
     return fileOpen.call(this, oflags, ...rest);
+  };
+
+  // No "." and ".." entries from readdir (POSIX allows that): a ".." of a directory fd would be
+  // outside what the shim can resolve.
+  const readdir = shim.OpenDirectory.prototype.fd_readdir_single;
+  shim.OpenDirectory.prototype.fd_readdir_single = function (cookie) {
+    const result = readdir.call(this, cookie + 2n);
+    if (result.dirent) result.dirent.d_next -= 2n;
+    return result;
   };
 
   // The tree: the same VFile object (a link) becomes the same File.
@@ -72,8 +86,8 @@ function run(shim, job) {
   original.set("/", root.dir);
 
   class Stdin extends shim.Fd {
-    fd_fdstat_get() { return { ret: 0, fdstat: new shim.wasi.Fdstat(shim.wasi.FILETYPE_CHARACTER_DEVICE, 0) }; }
-    fd_filestat_get() { return { ret: 0, filestat: new shim.wasi.Filestat(0n, shim.wasi.FILETYPE_CHARACTER_DEVICE, 0n) }; }
+    fd_fdstat_get() { const fdstat = new shim.wasi.Fdstat(shim.wasi.FILETYPE_UNKNOWN, 0); fdstat.fs_rights_base = BigInt(shim.wasi.RIGHTS_FD_READ); return { ret: 0, fdstat }; }
+    fd_filestat_get() { return { ret: 0, filestat: new shim.wasi.Filestat(0n, shim.wasi.FILETYPE_UNKNOWN, 0n) }; }
     fd_read(size) {
       for (;;) {
         const state = Atomics.load(ctl, 0);
@@ -86,11 +100,35 @@ function run(shim, job) {
           return { ret: 0, data };
         }
         if (state === 2) return { ret: 0, data: EMPTY };
+        flush();
         Atomics.wait(ctl, 0, 0);
       }
     }
   }
-  const out = (fd) => new shim.ConsoleStdout((data) => parentPort.postMessage({ t: "out", fd, data: data.slice() }));
+  // Pipes, not terminals: isatty() is false (WASI has no pipe file type; "unknown" it is).
+  class Output extends shim.ConsoleStdout {
+    fd_fdstat_get() { const fdstat = new shim.wasi.Fdstat(shim.wasi.FILETYPE_UNKNOWN, 0); fdstat.fs_rights_base = BigInt(shim.wasi.RIGHTS_FD_WRITE); return { ret: 0, fdstat }; }
+    fd_filestat_get() { return { ret: 0, filestat: new shim.wasi.Filestat(0n, shim.wasi.FILETYPE_UNKNOWN, 0n) }; }
+  }
+  // Output: posted at once when the main thread has taken everything before, else gathered (up to
+  // 64 KiB) and posted with the next write, a blocking read, a sleep, or the exit. Backpressure:
+  // ctl[3] counts the weight (bytes, at least 1 KiB a message) posted and not yet taken.
+  const held = { 1: [], 2: [] }, heldBytes = { 1: 0, 2: 0 };
+  const post = (fd) => {
+    if (heldBytes[fd] === 0) return;
+    const data = held[fd].length === 1 ? held[fd][0] : new Uint8Array(heldBytes[fd]);
+    if (held[fd].length > 1) { let at = 0; for (const part of held[fd]) { data.set(part, at); at += part.byteLength; } }
+    held[fd] = []; heldBytes[fd] = 0;
+    const weight = Math.max(data.byteLength, 1024);
+    let inFlight = Atomics.add(ctl, 3, weight) + weight;
+    parentPort.postMessage({ t: "out", fd, data, weight });
+    while (inFlight > ${OUTPUT_WINDOW_BYTES}) { Atomics.wait(ctl, 3, inFlight, 50); inFlight = Atomics.load(ctl, 3); }
+  };
+  const flush = () => { post(1); post(2); };
+  const out = (fd) => new Output((data) => {
+    held[fd].push(data.slice()); heldBytes[fd] += data.byteLength;
+    if (Atomics.load(ctl, 3) === 0 || heldBytes[fd] >= 65536) { post(fd === 1 ? 2 : 1); post(fd); }
+  });
   const wasi = new shim.WASI(job.args, job.env, [new Stdin(), out(1), out(2), root], { debug: false });
 
   let memory;
@@ -114,6 +152,10 @@ function run(shim, job) {
     if (clean.length <= bytes.length) { bytes.set(clean); args[lenAt] = clean.length; }
   };
   const imports = { ...wasi.wasiImport };
+  for (const name of ["poll_oneoff", "proc_exit", "sched_yield"]) {
+    const call = wasi.wasiImport[name];
+    imports[name] = (...args) => { flush(); return call(...args); };
+  }
   for (const [name, positions] of Object.entries(PATH_ARGS)) {
     const call = wasi.wasiImport[name];
     imports[name] = (...args) => { positions.forEach((p) => normalise(args, p)); return call(...args); };
@@ -128,6 +170,8 @@ function run(shim, job) {
     if (error instanceof shim.WASIProcExit) code = error.code;
     else { code = 1; trap = error instanceof Error ? error.message : String(error); }
   }
+
+  flush();
 
   // What changed: removed names, new directories, new or written files.
   const final = new Map();
