@@ -52,7 +52,7 @@
  */
 import Docker from "dockerode"
 import { Deferred, Effect, Either, Exit, FiberRef, Layer, Option, Queue, Ref, Runtime, Scope } from "effect"
-import { existsSync, readFileSync } from "node:fs"
+import { existsSync } from "node:fs"
 import { hostname } from "node:os"
 import { BackendError, SpawnFailed } from "../../domain/Errors.js"
 import type { BackendComputer, BackendProcess, Capabilities, ComputerSpec, ProviderComputer, SpawnSpec } from "../../services/Backend.js"
@@ -63,6 +63,7 @@ import * as AgentProcesses from "./AgentProcesses.js"
 import * as DockerAgent from "./DockerAgent.js"
 import * as DockerExec from "./DockerExec.js"
 import * as NativeBinaries from "./NativeBinaries.js"
+import { ownerAlive, processStartTime } from "./ProcessOwner.js"
 import { normalizeCapability, parseRunFlags, parseSize } from "./DockerRunFlags.js"
 import type { RunFlagSettings } from "./DockerRunFlags.js"
 
@@ -226,32 +227,7 @@ export const ping = (options: Pick<DockerBackendOptions, "engine" | "dockerHost"
 // ---------------------------------------------------------------------------------------------
 // Owner liveness (for the reaper)
 
-/** Start time (clock ticks since boot, /proc/<pid>/stat field 22) of a process, or undefined. */
-export const processStartTime = (pid: number | "self"): string | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    // Field 2 (comm) may hold spaces and parentheses: count fields after its closing ')'.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
-  } catch {
-    return undefined
-  }
-}
-
-/** Whether the process that created a container is still running on this host. */
-export const ownerAlive = (pid: number, start: string | undefined): boolean => {
-  if (!Number.isInteger(pid) || pid <= 0) return true
-  if (existsSync("/proc/self/stat")) {
-    const now = processStartTime(pid)
-    if (now === undefined) return false
-    return start === undefined || start === "" || start === now
-  }
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as { code?: string }).code === "EPERM"
-  }
-}
+export { ownerAlive, processStartTime } from "./ProcessOwner.js"
 
 // ---------------------------------------------------------------------------------------------
 // The backend

@@ -62,7 +62,6 @@ import {
 } from "e2b"
 import type { CommandHandle, SandboxInfo } from "e2b"
 import { randomUUID } from "node:crypto"
-import { readFileSync } from "node:fs"
 import { hostname } from "node:os"
 import { BackendError, SpawnFailed, Unsupported } from "../../domain/Errors.js"
 import { normalizeSignal } from "../../domain/Signals.js"
@@ -77,6 +76,7 @@ import type {
   SpawnSpec
 } from "../../services/Backend.js"
 import { Backend } from "../../services/Backend.js"
+import { processStartTime } from "./ProcessOwner.js"
 
 export interface E2BBackendOptions {
   /** --e2b-api-key / E2B_API_KEY (never logged). */
@@ -269,15 +269,6 @@ const processRpc = (sandbox: Sandbox): ProcessRpc | undefined => {
 }
 
 // ---------------------------------------------------------------------------------------------
-
-const processStartTime = (pid: number): string | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
-  } catch {
-    return undefined
-  }
-}
 
 const fail = (reason: string) => new BackendError({ backend: NAME, reason })
 

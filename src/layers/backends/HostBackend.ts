@@ -35,7 +35,7 @@
  */
 import { Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, Schema, Scope } from "effect"
 import { execFile } from "node:child_process"
-import { existsSync, lstatSync, readFileSync, readlinkSync } from "node:fs"
+import { existsSync, lstatSync, readlinkSync } from "node:fs"
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join, resolve } from "node:path"
 import * as pty from "node-pty"
@@ -53,6 +53,7 @@ import { Backend } from "../../services/Backend.js"
 import * as AgentClient from "./AgentClient.js"
 import * as AgentProcesses from "./AgentProcesses.js"
 import * as NativeBinaries from "./NativeBinaries.js"
+import { processStartTime } from "./ProcessOwner.js"
 
 export interface HostBackendOptions {
   /** Computers live in `<stateDir>/computers/<id>`. */
@@ -302,16 +303,7 @@ type Metadata = typeof Metadata.Type
 const decodeMetadata = Schema.decodeUnknownOption(Schema.parseJson(Metadata))
 const METADATA = "computer.json"
 
-/** Field 22 of /proc/<pid>/stat: tells a live process from a later one that reused its pid. */
-export const processStartTime = (pid: number): string | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]
-  } catch {
-    return undefined
-  }
-}
+export { processStartTime } from "./ProcessOwner.js"
 
 const ownerAlive = (owner: NonNullable<Metadata["owner"]>) => processStartTime(owner.pid) === owner.startTime
 
