@@ -1,5 +1,6 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
 import { assert, it } from "vitest"
 import { existsSync, readdirSync } from "node:fs"
 import { request } from "node:http"
@@ -124,6 +125,35 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
       await server.stop()
     }
   })
+
+  it("sends progress notifications and honours cancellation, as over stdio", async () => {
+    const server = await startHttpServer(["--backend", "host"])
+    try {
+      const { client, call, close } = await connect(server.url)
+      const progress: Array<unknown> = []
+      const slow = await client.request(
+        { method: "tools/call", params: { name: "spawn", arguments: { command: "sleep 2.5", timeoutMs: 5_000 } } },
+        CallToolResultSchema,
+        { onprogress: (p) => progress.push(p) }
+      )
+      assert.strictEqual((slow.structuredContent as any).status, "exited")
+      assert.isAtLeast(progress.length, 1)
+      const bg = await call("spawn", { command: "sleep 30", background: true })
+      const controller = new AbortController()
+      const pending = client.request(
+        { method: "tools/call", params: { name: "wait", arguments: { id: bg.structured.id, timeoutMs: 30_000 } } },
+        CallToolResultSchema,
+        { signal: controller.signal }
+      )
+      setTimeout(() => controller.abort(), 300)
+      assert.strictEqual(await pending.then(() => "resolved", () => "rejected"), "rejected")
+      const running = await call("ps", { status: "running" })
+      assert.isTrue(running.structured.processes.some((p: any) => p.id === bg.structured.id))
+      await close()
+    } finally {
+      await server.stop()
+    }
+  }, 60_000)
 
   it("closes an idle session and removes its temporary computer, also for a client that vanished", async () => {
     const server = await startHttpServer(["--backend", "host", "--session-timeout", "2"])
