@@ -113,3 +113,24 @@ for (const backend of backends) {
     }
   )
 }
+
+describeIf(dockerWorks && bwrapWorks && existsSync(binPath), "a Docker engine, bubblewrap and a built CLI")("the default backend", () => {
+  it("is docker when an engine answers, else host, and the server says which on stderr", async () => {
+    const withEngine = await startServer([])
+    try {
+      const result = await withEngine.call("sandbox_exec", { command: "test -f /.dockerenv && echo container || echo other" })
+      assert.strictEqual(result.structured.stdout, "container\n")
+      assert.match(withEngine.stderr(), /backend: docker/)
+    } finally {
+      await withEngine.client.close()
+    }
+    const without = await startServer(["--docker-host", "unix:///nonexistent/docker.sock"])
+    try {
+      const listed = await without.call("sandbox_exec", { command: "echo hi" })
+      assert.strictEqual(listed.structured.stdout, "hi\n")
+      assert.match(without.stderr(), /backend: host/)
+    } finally {
+      await without.client.close()
+    }
+  }, 60_000)
+})
