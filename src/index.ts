@@ -35,3 +35,11 @@ export * as HttpServer from "./layers/mcp/HttpServer.js"
 export * as DockerBackend from "./layers/backends/DockerBackend.js"
 /** @category services */
 export * from "./services/Files.js"
+/** @category layers */
+export * as FlyBackend from "./layers/backends/FlyBackend.js"
+/** @category layers */
+export * as E2BBackend from "./layers/backends/E2BBackend.js"
+/** @category layers */
+export * as ModalBackend from "./layers/backends/ModalBackend.js"
+/** @category layers */
+export * as WasmBackend from "./layers/backends/WasmBackend.js"

@@ -5,6 +5,7 @@ import { homedir } from "node:os"
 import { join } from "node:path"
 import { serveHttpForever } from "../layers/mcp/HttpServer.js"
 import { serverInfo, serveStdio } from "../layers/mcp/McpServer.js"
+import * as WasmBackend from "../layers/backends/WasmBackend.js"
 import * as Main from "../layers/Main.js"
 import { defaultSettings, type SettingsShape } from "../services/Settings.js"
 
@@ -37,13 +38,14 @@ const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
 )
 
 const options = {
-  backend: Options.choice("backend", ["auto", "host", "docker", "fly", "e2b", "modal"]).pipe(
-    Options.withFallbackConfig(Config.literal("auto", "host", "docker", "fly", "e2b", "modal")(env("backend"))),
+  backend: Options.choice("backend", ["auto", "host", "docker", "fly", "e2b", "modal", "wasm", "toolset", "go_busybox"]).pipe(
+    Options.withFallbackConfig(Config.literal("auto", "host", "docker", "fly", "e2b", "modal", "wasm", "toolset", "go_busybox")(env("backend"))),
     Options.withDefault("auto" as const),
     Options.withDescription(
       "Where computers run: docker (a container per computer; also podman and remote engines), host (a bubblewrap " +
-        "sandbox per computer), fly (Fly Machines), e2b (E2B sandboxes), modal (Modal sandboxes), or auto (default: " +
-        "docker when an engine answers, else host) (env KILNTAINERS_BACKEND)"
+        "sandbox per computer), fly (Fly Machines), e2b (E2B sandboxes), modal (Modal sandboxes), toolset (alias " +
+        "go_busybox: text tools as WebAssembly, no engine, no network), wasm (your WASI module, --wasm-path), or auto " +
+        "(default: docker when an engine answers, else host) (env KILNTAINERS_BACKEND)"
     )
   ),
   engine: Options.choice("engine", ["docker", "podman"]).pipe(
@@ -144,6 +146,10 @@ const options = {
   gpu: Options.text("gpu").pipe(Options.optional, Options.withDescription("modal: GPU, e.g. T4 or A100-80GB:2")),
   region: Options.text("region").pipe(Options.optional, Options.withDescription("modal: region, e.g. us-east")),
   sandboxTimeout: Options.integer("sandbox-timeout").pipe(Options.withDefault(3600), Options.withDescription("modal: sandbox lifetime, seconds (default 3600, max 86400)")),
+  wasmPath: text("wasm-path", "wasm: the WASI module every process runs"),
+  wasmMaxMemory: int("wasm-max-memory", defaultSettings.wasmMaxMemoryMb, "wasm/toolset: memory cap per module, MiB"),
+  wasmTimeoutMs: int("wasm-timeout-ms", defaultSettings.wasmTimeoutMs, "wasm/toolset: wall clock per process, ms (0: only the tools' timeouts)"),
+  wasmFuel: Options.integer("wasm-fuel").pipe(Options.optional, Options.withDescription("wasm: instruction budget — NOT supported (Node has no metering); use --wasm-timeout-ms")),
   timeout: int("timeout", defaultSettings.timeout, "sandbox_exec default timeout, seconds (>= 1)"),
   outputLimit: int("output-limit", defaultSettings.outputLimit, "Most bytes of output one sandbox_exec result carries (>= 1)"),
   shell: Options.text("shell").pipe(
@@ -215,6 +221,9 @@ export const toSettings = (parsed: Parsed) =>
     yield* positive("sandbox-timeout", parsed.sandboxTimeout, 1)
     if (parsed.sandboxTimeout > 86_400) return yield* Effect.fail("--sandbox-timeout must be at most 86400")
     if (!(parsed.modalCpu > 0)) return yield* Effect.fail("--modal-cpu must be > 0")
+    yield* positive("wasm-max-memory", parsed.wasmMaxMemory, 1)
+    yield* positive("wasm-timeout-ms", parsed.wasmTimeoutMs, 0)
+    if (Option.isSome(parsed.wasmFuel)) return yield* Effect.fail(WasmBackend.fuelUnsupported)
     if (Option.isSome(parsed.cpu) && !(parsed.cpu.value > 0)) return yield* Effect.fail("--cpu must be > 0")
     if (Option.isSome(parsed.memory) && !/^\d+(\.\d+)?[bkmg]?$/i.test(parsed.memory.value)) {
       return yield* Effect.fail("--memory must look like 512m or 2g")
@@ -225,7 +234,10 @@ export const toSettings = (parsed: Parsed) =>
     const stateDir = Option.isSome(parsed.stateDir) ? parsed.stateDir.value : yield* defaultStateDir
     const settings: SettingsShape = {
       ...defaultSettings,
-      backend: parsed.backend,
+      backend: parsed.backend === "go_busybox" ? "toolset" : parsed.backend,
+      wasmPath: Option.getOrUndefined(parsed.wasmPath),
+      wasmMaxMemoryMb: parsed.wasmMaxMemory,
+      wasmTimeoutMs: parsed.wasmTimeoutMs,
       engine: parsed.engine,
       dockerHost: Option.getOrUndefined(parsed.dockerHost),
       image: parsed.image,

@@ -5,6 +5,7 @@ import * as DockerBackend from "./backends/DockerBackend.js"
 import * as E2BBackend from "./backends/E2BBackend.js"
 import * as FlyBackend from "./backends/FlyBackend.js"
 import * as ModalBackend from "./backends/ModalBackend.js"
+import * as WasmBackend from "./backends/WasmBackend.js"
 import * as HostBackend from "./backends/HostBackend.js"
 import * as KilntainersRuntime from "./Runtime.js"
 
@@ -111,6 +112,15 @@ export const backendLayer = (settings: SettingsShape, instanceId: string) =>
         return e2bLayer(settings, instanceId)
       case "modal":
         return modalLayer(settings, instanceId)
+      case "wasm":
+      case "toolset":
+        return WasmBackend.layer({
+          mode: backend === "wasm" ? "module" : "toolset",
+          modulePath: settings.wasmPath,
+          maxMemoryMb: settings.wasmMaxMemoryMb,
+          timeoutMs: settings.wasmTimeoutMs,
+          stateDir: settings.stateDir
+        })
       case "host":
         return hostLayer(settings)
     }

@@ -42,7 +42,7 @@ export interface ModalSettings {
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
   /** Where computers run; `auto` = docker when an engine answers, else host. */
-  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal"
+  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal" | "wasm" | "toolset"
   readonly transport: "stdio" | "http"
   /** sandbox_exec default timeout, seconds. */
   readonly timeout: number
@@ -83,6 +83,10 @@ export interface SettingsShape {
   readonly fly: FlySettings
   readonly e2b: E2BSettings
   readonly modal: ModalSettings
+  /** WASM backends: the user's module (--backend wasm), memory cap and wall clock per process. */
+  readonly wasmPath: string | undefined
+  readonly wasmMaxMemoryMb: number
+  readonly wasmTimeoutMs: number
 }
 
 export const defaultSettings: SettingsShape = {
@@ -146,7 +150,10 @@ export const defaultSettings: SettingsShape = {
     gpu: undefined,
     region: undefined,
     sandboxTimeoutSec: 3600
-  }
+  },
+  wasmPath: undefined,
+  wasmMaxMemoryMb: 256,
+  wasmTimeoutMs: 0
 }
 
 /** The server's settings, provided once at the composition root. */

@@ -55,8 +55,15 @@ export class Feed {
     this.pump()
   }
 
+  /** The worker is gone: what it had not read of the current chunk goes back to the queue. */
   detach() {
+    const ring = this.ring
     this.ring = undefined
+    this.waiting = false
+    if (ring !== undefined && Atomics.load(ring.ctl, 0) === 1) {
+      const unread = ring.bytes.slice(ring.ctl[2]!, ring.ctl[1]!)
+      if (unread.byteLength > 0) this.queue.unshift(unread)
+    }
   }
 
   private pump() {
@@ -84,8 +91,9 @@ export class Feed {
     this.waiting = true
     const result = waitAsync(ring.ctl, 0, 1)
     const again = () => {
+      if (this.ring !== ring) return
       this.waiting = false
-      if (this.ring === ring) this.pump()
+      this.pump()
     }
     if (result.async) void (result.value as Promise<string>).then(again)
     else again()
@@ -166,6 +174,8 @@ export class WorkerPool {
 
   run(job: RunJob): Run {
     const { worker, ready } = this.take()
+    // A run keeps the process alive (idle pool workers do not).
+    worker.ref()
     const stdin = new SharedArrayBuffer(STDIN_HEADER_BYTES + STDIN_CHUNK_BYTES)
     let finished = false
     let resolveDone: (outcome: RunOutcome) => void = () => {}
@@ -195,7 +205,6 @@ export class WorkerPool {
     void ready.then((ok) => {
       if (finished) return
       if (!ok) return finish({ code: 1, terminated: false, trap: "the worker thread did not start" })
-      worker.ref()
       worker.postMessage({ module: job.module, args: job.args, env: job.env, tree: job.tree, stdin })
       job.stdin.attach(stdin)
     })

@@ -312,7 +312,10 @@ export const parse = (src: string): List => {
         if (isWord("in")) {
           at++
           items = []
-          while (peek()?.t === "word") items.push((peek() as { v: string }).v), at++
+          for (let next = peek(); next?.t === "word"; next = peek()) {
+            items.push(next.v)
+            at++
+          }
         }
         while (isOp(";") || isOp("\n")) at++
         expectWord("do")
