@@ -45,4 +45,40 @@ const program = Effect.gen(function*() {
 })
 
 await Effect.runPromise(program.pipe(Effect.provide(Kilntainers.layer(settings, `bench-${process.pid}`))))
+
+// The engine's own concurrency, side by side: the same container create+start through dockerode.
+if (backend === "docker") {
+  const { default: Docker } = await import("dockerode")
+  const docker = new Docker({ socketPath: "/var/run/docker.sock" })
+  let round = 0
+  const raw = async (n) => {
+    round++
+    const start = process.hrtime.bigint()
+    const containers = await Promise.all(Array.from({ length: n }, async (_, i) => {
+      const c = await docker.createContainer({
+        Image: settings.image,
+        name: `bench-raw-${process.pid}-${round}-${i}`,
+        Cmd: ["sleep", "infinity"],
+        HostConfig: { NetworkMode: "none", Init: true }
+      })
+      await c.start()
+      return c
+    }))
+    const elapsed = Number(process.hrtime.bigint() - start) / 1e6
+    await Promise.all(containers.map((c) => c.remove({ force: true })))
+    return elapsed
+  }
+  await raw(1)
+  const one = []
+  const ten = []
+  for (let i = 0; i < 3; i++) {
+    one.push(await raw(1))
+    ten.push(await raw(10))
+  }
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+  console.log(`bare Engine API create+start (no kilntainers), median of 3`)
+  console.log(`  1 container:             ${median(one).toFixed(1)} ms`)
+  console.log(`  10 containers at once:   ${median(ten).toFixed(1)} ms`)
+  console.log(`  ratio ${(median(ten) / median(one)).toFixed(2)}`)
+}
 process.exit(0)

@@ -5,9 +5,11 @@ import { homedir } from "node:os"
 import { join } from "node:path"
 import { serveHttpForever } from "../layers/mcp/HttpServer.js"
 import { serverInfo, serveStdio } from "../layers/mcp/McpServer.js"
-import * as WasmBackend from "../layers/backends/WasmBackend.js"
 import * as Main from "../layers/Main.js"
 import { defaultSettings, type SettingsShape } from "../services/Settings.js"
+
+const wasmFuelUnsupported =
+  "--wasm-fuel is not supported: Node.js has no WebAssembly instruction metering; use --wasm-timeout-ms (wall clock) instead"
 
 const env = (name: string) => `KILNTAINERS_${name.toUpperCase().replace(/-/g, "_")}`
 
@@ -223,7 +225,7 @@ export const toSettings = (parsed: Parsed) =>
     if (!(parsed.modalCpu > 0)) return yield* Effect.fail("--modal-cpu must be > 0")
     yield* positive("wasm-max-memory", parsed.wasmMaxMemory, 1)
     yield* positive("wasm-timeout-ms", parsed.wasmTimeoutMs, 0)
-    if (Option.isSome(parsed.wasmFuel)) return yield* Effect.fail(WasmBackend.fuelUnsupported)
+    if (Option.isSome(parsed.wasmFuel)) return yield* Effect.fail(wasmFuelUnsupported)
     if (Option.isSome(parsed.cpu) && !(parsed.cpu.value > 0)) return yield* Effect.fail("--cpu must be > 0")
     if (Option.isSome(parsed.memory) && !/^\d+(\.\d+)?[bkmg]?$/i.test(parsed.memory.value)) {
       return yield* Effect.fail("--memory must look like 512m or 2g")

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-import { ValidationError } from "@effect/cli"
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import * as ValidationError from "@effect/cli/ValidationError"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Option } from "effect"
 import * as Main from "../layers/Main.js"
 import * as Cli from "./Cli.js"

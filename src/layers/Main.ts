@@ -1,89 +1,115 @@
 import { Effect, Layer, Logger, Runtime } from "effect"
-import type { SettingsShape } from "../services/Settings.js"
 import { BackendError } from "../domain/Errors.js"
-import * as DockerBackend from "./backends/DockerBackend.js"
-import * as E2BBackend from "./backends/E2BBackend.js"
-import * as FlyBackend from "./backends/FlyBackend.js"
-import * as ModalBackend from "./backends/ModalBackend.js"
-import * as WasmBackend from "./backends/WasmBackend.js"
-import * as HostBackend from "./backends/HostBackend.js"
+import type { Backend } from "../services/Backend.js"
+import type { SettingsShape } from "../services/Settings.js"
 import * as KilntainersRuntime from "./Runtime.js"
 
-const hostLayer = (settings: SettingsShape) =>
-  HostBackend.layer({
-    stateDir: settings.stateDir,
-    network: settings.network,
-    sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
-    bwrap: settings.bwrapPath
+// Each backend (and its SDK) is loaded only when chosen: a stdio server starts in a fraction of the
+// time and memory it would take with every cloud SDK loaded.
+const load = <M>(name: string, module: () => Promise<M>) =>
+  Effect.tryPromise({
+    try: module,
+    catch: (error) => new BackendError({ backend: name, reason: `cannot load the backend: ${String(error)}` })
   })
+
+const backendFrom = <M, E, R>(
+  name: string,
+  module: () => Promise<M>,
+  make: (module: M) => Layer.Layer<Backend, E, R>
+): Layer.Layer<Backend, E | BackendError, R> => Layer.unwrapEffect(Effect.map(load(name, module), make))
+
+const missing = (backend: string, what: string) => Layer.fail(new BackendError({ backend, reason: `${what} is required` }))
+
+const hostLayer = (settings: SettingsShape) =>
+  backendFrom("host", () => import("./backends/HostBackend.js"), (HostBackend) =>
+    HostBackend.layer({
+      stateDir: settings.stateDir,
+      network: settings.network,
+      sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
+      bwrap: settings.bwrapPath
+    }))
 
 const dockerLayer = (settings: SettingsShape, instanceId: string, log: (line: string) => void) =>
-  DockerBackend.layer({
-    engine: settings.engine,
-    dockerHost: settings.dockerHost,
-    image: settings.image,
-    cpu: settings.cpu,
-    memory: settings.memory,
-    pidsLimit: settings.pidsLimit,
-    network: settings.network,
-    runFlags: settings.dockerRunFlags,
-    instanceId,
-    onPullProgress: (line) => log(`pull ${settings.image}: ${line}`)
-  })
-
-const missing = (backend: string, what: string) =>
-  Layer.fail(new BackendError({ backend, reason: `${what} is required` }))
+  backendFrom("docker", () => import("./backends/DockerBackend.js"), (DockerBackend) =>
+    DockerBackend.layer({
+      engine: settings.engine,
+      dockerHost: settings.dockerHost,
+      image: settings.image,
+      cpu: settings.cpu,
+      memory: settings.memory,
+      pidsLimit: settings.pidsLimit,
+      network: settings.network,
+      runFlags: settings.dockerRunFlags,
+      instanceId,
+      onPullProgress: log
+    }))
 
 const flyLayer = (settings: SettingsShape, instanceId: string) => {
   const fly = settings.fly
-  if (fly.app === undefined) return missing("fly", "--fly-app (or FLY_APP_NAME)")
-  if (fly.token === undefined) return missing("fly", "a token in FLY_API_TOKEN or FLY_TOKEN (or --fly-token)")
-  return FlyBackend.layer({
-    app: fly.app,
-    token: fly.token,
-    image: fly.image,
-    region: fly.region,
-    cpuKind: fly.cpuKind,
-    cpus: fly.cpus,
-    memoryMb: fly.memoryMb,
-    rootfsSizeGb: fly.rootfsSizeGb,
-    apiUrl: fly.apiUrl,
-    network: settings.network,
-    instanceId
-  })
+  const app = fly.app
+  const token = fly.token
+  if (app === undefined) return missing("fly", "--fly-app (or FLY_APP_NAME)")
+  if (token === undefined) return missing("fly", "a token in FLY_API_TOKEN or FLY_TOKEN (or --fly-token)")
+  return backendFrom("fly", () => import("./backends/FlyBackend.js"), (FlyBackend) =>
+    FlyBackend.layer({
+      app,
+      token,
+      image: fly.image,
+      region: fly.region,
+      cpuKind: fly.cpuKind,
+      cpus: fly.cpus,
+      memoryMb: fly.memoryMb,
+      rootfsSizeGb: fly.rootfsSizeGb,
+      apiUrl: fly.apiUrl,
+      network: settings.network,
+      instanceId
+    }))
 }
 
 const e2bLayer = (settings: SettingsShape, instanceId: string) => {
   const e2b = settings.e2b
-  if (e2b.apiKey === undefined) return missing("e2b", "an API key in E2B_API_KEY (or --e2b-api-key)")
-  return E2BBackend.layer({
-    apiKey: e2b.apiKey,
-    template: e2b.template,
-    sandboxTimeoutSec: e2b.sandboxTimeoutSec,
-    metadata: e2b.metadata,
-    envs: e2b.envs,
-    apiUrl: e2b.apiUrl,
-    sandboxUrl: e2b.sandboxUrl,
-    domain: e2b.domain,
-    home: e2b.home,
-    instanceId
-  })
+  const apiKey = e2b.apiKey
+  if (apiKey === undefined) return missing("e2b", "an API key in E2B_API_KEY (or --e2b-api-key)")
+  return backendFrom("e2b", () => import("./backends/E2BBackend.js"), (E2BBackend) =>
+    E2BBackend.layer({
+      apiKey,
+      template: e2b.template,
+      sandboxTimeoutSec: e2b.sandboxTimeoutSec,
+      metadata: e2b.metadata,
+      envs: e2b.envs,
+      apiUrl: e2b.apiUrl,
+      sandboxUrl: e2b.sandboxUrl,
+      domain: e2b.domain,
+      home: e2b.home,
+      instanceId
+    }))
 }
 
 const modalLayer = (settings: SettingsShape, instanceId: string) =>
-  ModalBackend.layer({
-    tokenId: settings.modal.tokenId,
-    tokenSecret: settings.modal.tokenSecret,
-    appName: settings.modal.appName,
-    image: settings.modal.image,
-    cpu: settings.modal.cpu,
-    memoryMb: settings.modal.memoryMb,
-    gpu: settings.modal.gpu,
-    region: settings.modal.region,
-    sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
-    network: settings.network,
-    instanceId
-  })
+  backendFrom("modal", () => import("./backends/ModalBackend.js"), (ModalBackend) =>
+    ModalBackend.layer({
+      tokenId: settings.modal.tokenId,
+      tokenSecret: settings.modal.tokenSecret,
+      appName: settings.modal.appName,
+      image: settings.modal.image,
+      cpu: settings.modal.cpu,
+      memoryMb: settings.modal.memoryMb,
+      gpu: settings.modal.gpu,
+      region: settings.modal.region,
+      sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
+      network: settings.network,
+      instanceId
+    }))
+
+const wasmLayer = (settings: SettingsShape, mode: "module" | "toolset") =>
+  backendFrom("wasm", () => import("./backends/WasmBackend.js"), (WasmBackend) =>
+    WasmBackend.layer({
+      mode,
+      modulePath: settings.wasmPath,
+      maxMemoryMb: settings.wasmMaxMemoryMb,
+      timeoutMs: settings.wasmTimeoutMs,
+      stateDir: settings.stateDir
+    }))
 
 /**
  * The backend the settings ask for. `auto` picks docker when an engine answers, else host, and
@@ -93,7 +119,8 @@ export const backendLayer = (settings: SettingsShape, instanceId: string) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     let backend = settings.backend
     if (backend === "auto") {
-      const reachable = yield* DockerBackend.ping({ engine: settings.engine, dockerHost: settings.dockerHost })
+      const { ping } = yield* load("docker", () => import("./backends/DockerBackend.js"))
+      const reachable = yield* ping({ engine: settings.engine, dockerHost: settings.dockerHost })
       backend = reachable ? "docker" : "host"
       yield* Effect.logInfo(
         reachable
@@ -113,21 +140,17 @@ export const backendLayer = (settings: SettingsShape, instanceId: string) =>
       case "modal":
         return modalLayer(settings, instanceId)
       case "wasm":
+        return wasmLayer(settings, "module")
       case "toolset":
-        return WasmBackend.layer({
-          mode: backend === "wasm" ? "module" : "toolset",
-          modulePath: settings.wasmPath,
-          maxMemoryMb: settings.wasmMaxMemoryMb,
-          timeoutMs: settings.wasmTimeoutMs,
-          stateDir: settings.stateDir
-        })
+        return wasmLayer(settings, "toolset")
       case "host":
         return hostLayer(settings)
     }
   }))
 
 /** Everything a server needs: the runtime over the configured backend. */
-export const layer = (settings: SettingsShape, instanceId: string) => KilntainersRuntime.layer(settings, backendLayer(settings, instanceId))
+export const layer = (settings: SettingsShape, instanceId: string) =>
+  KilntainersRuntime.layer(settings, backendLayer(settings, instanceId))
 
 /** Logs go to stderr only: in stdio mode stdout carries the MCP protocol and nothing else. */
 export const stderrLogger = Logger.replace(Logger.defaultLogger, Logger.prettyLogger({ stderr: true, colors: false }))

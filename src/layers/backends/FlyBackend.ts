@@ -41,7 +41,7 @@
  * Network: Fly machines always have network access; `network: false` cannot be enforced here
  * (networkControl: false) and is logged as such.
  */
-import { NodeHttpClient } from "@effect/platform-node"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import type { HttpClient } from "@effect/platform"
 import type { Redacted, Scope } from "effect"
 import { Deferred, Duration, Effect, Either, Layer, Option, Queue, Schedule, Stream, Take } from "effect"
