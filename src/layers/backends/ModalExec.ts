@@ -26,6 +26,7 @@ import { BackendError, SpawnFailed } from "../../domain/Errors.js"
 import { normalizeSignal, signalName, signalNumber } from "../../domain/Signals.js"
 import type { ExitInfo, ProcessEvent, SpawnSpec } from "../../services/Backend.js"
 import type { ExecHandle, ModalGatewayError, SandboxHandle } from "./ModalGateway.js"
+import type { Scope } from "effect"
 
 const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 const HEADER_LIMIT = 4096
@@ -177,7 +178,7 @@ export const start = (options: {
   readonly host: ExecHost
   readonly spec: SpawnSpec
   readonly command: string
-}): Effect.Effect<ModalProcess, SpawnFailed | BackendError> =>
+}): Effect.Effect<ModalProcess, SpawnFailed | BackendError, Scope.Scope> =>
   Effect.gen(function*() {
     const { host, spec, command } = options
     const fail = (reason: string) => new BackendError({ backend: host.backend, reason })
@@ -261,9 +262,9 @@ export const start = (options: {
           settle()
         }))
       )
-    const stdoutDone = yield* Effect.forkDaemon(pump(exec.stdout, onStdout, stdoutScanner))
-    const stderrDone = yield* Effect.forkDaemon(pump(exec.stderr, (chunk) => stderrScanner.push(chunk), stderrScanner))
-    const supervisor = yield* Effect.forkDaemon(Effect.gen(function*() {
+    const stdoutDone = yield* Effect.forkScoped(pump(exec.stdout, onStdout, stdoutScanner))
+    const stderrDone = yield* Effect.forkScoped(pump(exec.stderr, (chunk) => stderrScanner.push(chunk), stderrScanner))
+    const supervisor = yield* Effect.forkScoped(Effect.gen(function*() {
       const code = yield* exec.wait.pipe(Effect.either)
       if (headerText !== undefined) {
         // Ended before the header: it could not start.
