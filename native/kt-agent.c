@@ -333,6 +333,15 @@ out:
   free(a.argv); free(a.envp);
 }
 
+/*
+ * kt-exec may connect before the SPAWN_TTY frame it belongs to has been read from the server
+ * (two descriptors, no order between them): such a connection waits here until the frame comes.
+ */
+#define EARLY_MAX 16
+static struct early { int conn, fd; uint32_t id; char nonce[NONCE_LEN]; unsigned cols, rows; } early[EARLY_MAX];
+static int early_count;
+static void start_tty(struct proc *p, int host_fd, int conn, unsigned cols, unsigned rows);
+
 static void do_spawn_tty_request(uint32_t id, char *pl, size_t len) {
   if (find(id)) { send_text(T_SPAWN_FAILED, id, "duplicate process id"); return; }
   if (len < NONCE_LEN + 8) { send_text(T_SPAWN_FAILED, id, "malformed spawn request"); return; }
@@ -343,6 +352,13 @@ static void do_spawn_tty_request(uint32_t id, char *pl, size_t len) {
   p->spawn_req = malloc(p->spawn_len);
   if (!p->spawn_req) die("malloc");
   memcpy(p->spawn_req, pl + NONCE_LEN, p->spawn_len);
+  for (int i = 0; i < early_count; i++) {
+    if (early[i].id != id || memcmp(early[i].nonce, p->nonce, NONCE_LEN) != 0) continue;
+    struct early e = early[i];
+    early[i] = early[--early_count];
+    start_tty(p, e.fd, e.conn, e.cols, e.rows);
+    return;
+  }
 }
 
 static void start_tty(struct proc *p, int host_fd, int conn, unsigned cols, unsigned rows) {
@@ -442,17 +458,26 @@ static void accept_conn(void) {
     }
   }
   struct proc *p = NULL;
-  if (n == (ssize_t)sizeof hello && get32(hello) == HELLO_MAGIC) {
-    p = find(get32(hello + 4));
+  int valid = n == (ssize_t)sizeof hello && get32(hello) == HELLO_MAGIC && fd >= 0 && isatty(fd);
+  uint32_t id = valid ? get32(hello + 4) : 0;
+  unsigned cols = (unsigned char)hello[40] | ((unsigned char)hello[41] << 8);
+  unsigned rows = (unsigned char)hello[42] | ((unsigned char)hello[43] << 8);
+  if (valid) {
+    p = find(id);
     if (p && (!p->tty || !p->spawn_req || memcmp(p->nonce, hello + 8, NONCE_LEN) != 0)) p = NULL;
   }
-  if (!p || fd < 0 || !isatty(fd)) {
+  if (valid && !p && !find(id) && early_count < EARLY_MAX) {
+    /* Its SPAWN_TTY frame has not been read yet: keep the connection until it is. */
+    struct early *e = &early[early_count++];
+    e->conn = c; e->fd = fd; e->id = id; e->cols = cols ? cols : 80; e->rows = rows ? rows : 24;
+    memcpy(e->nonce, hello + 8, NONCE_LEN);
+    return;
+  }
+  if (!p) {
     if (fd >= 0) close(fd);
     close(c);
     return;
   }
-  unsigned cols = (unsigned char)hello[40] | ((unsigned char)hello[41] << 8);
-  unsigned rows = (unsigned char)hello[42] | ((unsigned char)hello[43] << 8);
   start_tty(p, fd, c, cols ? cols : 80, rows ? rows : 24);
 }
 

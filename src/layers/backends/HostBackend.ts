@@ -73,6 +73,8 @@ const SANDBOX_HOME = "/home/agent"
 const SANDBOX_RUN = "/run/kilntainers"
 const SANDBOX_AGENT = "/run/kt-agent"
 const TERMINATE_GRACE = "2 seconds"
+/** How long the last bytes of a finished TTY process may be late before its terminal is released. */
+const TTY_STALL_MS = 1000
 const COMPUTER_ID = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 const MINIMAL_ENV = { PATH: "/usr/local/bin:/usr/bin:/bin" }
 
@@ -195,13 +197,35 @@ const spawnTty = (computer: Computer, spec: SpawnSpec, size: { readonly cols: nu
     let early = ""
     // The agent counts the bytes it relays to the terminal: Exit is emitted once that many arrived,
     // and the terminal is released (kt-exec exits, the pty reaches EOF) once all of them arrived.
+    // Rarely the host terminal holds back the last bytes until it is closed: when they have not
+    // come a while after the exit, the terminal is released anyway (closing it delivers them).
+    let stalled: ReturnType<typeof setTimeout> | undefined
+    let lastReceived = -1
+    const watchStall = () => {
+      if (stalled !== undefined || released) return
+      stalled = setTimeout(() => {
+        stalled = undefined
+        if (released || agentExit === undefined || received >= agentExit.bytes) return
+        if (received !== lastReceived) {
+          lastReceived = received
+          return watchStall()
+        }
+        released = true
+        client.release(id)
+      }, TTY_STALL_MS)
+      stalled.unref()
+    }
     const settle = () => {
       if (agentExit !== undefined && (received >= agentExit.bytes || ptyDone)) sink.exit(agentExit.exit)
+      else if (agentExit !== undefined) watchStall()
       if (closedAt !== undefined && (received >= closedAt || ptyDone)) {
         if (!released) {
           released = true
           client.release(id)
         }
+        sink.end()
+      } else if (released && ptyDone) {
+        // Released early (see watchStall): the agent reports nothing more, the terminal is gone.
         sink.end()
       }
     }
