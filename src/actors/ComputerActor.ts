@@ -35,8 +35,6 @@ export interface ComputerActor {
   readonly image: string
   readonly createdAt: number
   readonly state: Effect.Effect<ComputerState>
-  /** Why the computer was lost, once it was. */
-  readonly lostReason: Effect.Effect<string | undefined>
   /** Starts a process owned by this computer (not by the caller); returns once it runs. */
   readonly spawn: (request: ProcessRequest) => Effect.Effect<ProcessActor.ProcessActor, SpawnFailed | BackendError>
   /** Runs a helper command to completion, stdin given, stdout kept up to `maxBytes`. */
@@ -199,19 +197,19 @@ export const make = (
 
     const lifecycleStep = <E>(
       during: ComputerState,
-      reason: string,
+      after: ComputerState,
+      what: string,
+      done: string,
       act: Effect.Effect<void, E>
     ): Effect.Effect<void, E> =>
       lifecycle.withPermits(1)(
         Effect.gen(function*() {
           state = during
-          yield* endProcesses(reason)
+          yield* endProcesses(`computer ${options.id} ${done}`)
           yield* act.pipe(Effect.onExit((exit) =>
             Effect.sync(() => {
-              if (during === "deleting") state = Exit.isSuccess(exit) ? "closed" : "lost"
-              else state = Exit.isSuccess(exit) ? "running" : "lost"
-              if (Exit.isFailure(exit)) lostReason = `${during.replace(/ing$/, "")} failed`
-              else lostReason = undefined
+              state = Exit.isSuccess(exit) ? after : "lost"
+              lostReason = Exit.isSuccess(exit) ? undefined : `${what} failed`
             })
           ))
         })
@@ -226,14 +224,13 @@ export const make = (
       image: backend.image ?? options.backendName,
       createdAt,
       state: Effect.sync(() => state),
-      lostReason: Effect.sync(() => lostReason),
       spawn,
       run,
       liveProcesses: Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
         Effect.map((statuses) => statuses.filter((status) => status === "running").length)
       ),
-      restart: lifecycleStep("restarting", `computer ${options.id} restarted`, backend.restart),
-      factoryReset: lifecycleStep("resetting", `computer ${options.id} factory reset`, backend.factoryReset),
-      destroy: lifecycleStep("deleting", `computer ${options.id} deleted`, backend.destroy)
+      restart: lifecycleStep("restarting", "running", "restart", "restarted", backend.restart),
+      factoryReset: lifecycleStep("resetting", "running", "factory reset", "factory reset", backend.factoryReset),
+      destroy: lifecycleStep("deleting", "closed", "delete", "deleted", backend.destroy)
     }
   })

@@ -1,5 +1,5 @@
 import type { Chunk, Scope } from "effect"
-import { Clock, Deferred, Duration, Effect, Option, PubSub, Queue, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, PubSub, Queue, Stream } from "effect"
 import {
   type BackendError,
   MailboxFull,
@@ -66,8 +66,6 @@ export interface ProcessActor {
   readonly lastActivity: Effect.Effect<number>
   /** Records why the process is ending (computer closed, server shutdown) before it is stopped. */
   readonly noteReason: (reason: string) => Effect.Effect<void>
-  /** The exit already recorded, if any. */
-  readonly exitNow: Effect.Effect<Option.Option<ExitInfo>>
 }
 
 const iso = (millis: number) => new Date(millis).toISOString()
@@ -314,7 +312,6 @@ export const make = (
       noteReason: (why) => Effect.sync(() => {
         reason ??= why
       }),
-      exitNow: Effect.sync(() => Option.fromNullable(exit))
     }
     yield* Deferred.succeed(self, actor)
     return actor

@@ -19,6 +19,22 @@ export const resourceMeta = { ui: { csp: {}, prefersBorder: true } } as const
 /** The protocol version of the MCP Apps specification the app speaks. */
 export const protocolVersion = "2026-01-26"
 
+/** The dark theme's colours: used for an explicit dark host theme and for prefers-color-scheme. */
+const darkPalette = `  color-scheme: dark;
+  --bg: var(--color-background-primary, #15181d);
+  --bg2: var(--color-background-secondary, #1c2027);
+  --bg3: var(--color-background-tertiary, #252a33);
+  --fg: var(--color-text-primary, #e6e9ef);
+  --fg2: var(--color-text-secondary, #9aa4b2);
+  --line: var(--color-border-primary, #2f3541);
+  --accent: var(--color-ring-primary, #5b8def);
+  --ok: var(--color-text-success, #3fb950);
+  --warn: var(--color-text-warning, #d29922);
+  --danger: var(--color-text-danger, #f85149);
+  --danger-bg: var(--color-background-danger, #3a1d1f);
+  --term-bg: #0b0e12;
+`
+
 const style = String.raw`
 :root {
   color-scheme: light;
@@ -40,36 +56,10 @@ const style = String.raw`
   --mono: var(--font-mono, ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace);
 }
 :root[data-theme="dark"] {
-  color-scheme: dark;
-  --bg: var(--color-background-primary, #15181d);
-  --bg2: var(--color-background-secondary, #1c2027);
-  --bg3: var(--color-background-tertiary, #252a33);
-  --fg: var(--color-text-primary, #e6e9ef);
-  --fg2: var(--color-text-secondary, #9aa4b2);
-  --line: var(--color-border-primary, #2f3541);
-  --accent: var(--color-ring-primary, #5b8def);
-  --ok: var(--color-text-success, #3fb950);
-  --warn: var(--color-text-warning, #d29922);
-  --danger: var(--color-text-danger, #f85149);
-  --danger-bg: var(--color-background-danger, #3a1d1f);
-  --term-bg: #0b0e12;
-}
+${darkPalette}}
 @media (prefers-color-scheme: dark) {
   :root:not([data-theme]) {
-    color-scheme: dark;
-    --bg: var(--color-background-primary, #15181d);
-    --bg2: var(--color-background-secondary, #1c2027);
-    --bg3: var(--color-background-tertiary, #252a33);
-    --fg: var(--color-text-primary, #e6e9ef);
-    --fg2: var(--color-text-secondary, #9aa4b2);
-    --line: var(--color-border-primary, #2f3541);
-    --accent: var(--color-ring-primary, #5b8def);
-    --ok: var(--color-text-success, #3fb950);
-    --warn: var(--color-text-warning, #d29922);
-    --danger: var(--color-text-danger, #f85149);
-    --danger-bg: var(--color-background-danger, #3a1d1f);
-    --term-bg: #0b0e12;
-  }
+${darkPalette}  }
 }
 * { box-sizing: border-box; }
 html, body { margin: 0; background: var(--bg); color: var(--fg); font: 13px/1.45 var(--sans); }
