@@ -1,27 +1,39 @@
 # kilntainers as a team server: MCP over Streamable HTTP, computers as containers of the Docker
 # engine whose socket is mounted in (see compose.yaml and the README's "Running it for a team").
-FROM node:20-bookworm-slim AS build
-RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential python3 \
- && rm -rf /var/lib/apt/lists/*
+#
+# NODE_IMAGE: any Node.js >= 20.19 on Debian bookworm with node and npm on PATH; Docker Hub's
+# node:20-bookworm-slim by default. CI builds one locally instead (scripts/node-base-image.sh: a
+# debootstrapped Debian plus the machine's Node.js), since Debian bookworm's own nodejs is 18.x.
+ARG NODE_IMAGE=node:20-bookworm-slim
+
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm install --no-audit --no-fund
-COPY tsconfig.json tsconfig.build.json ./
-COPY scripts ./scripts
-COPY native ./native
-COPY src ./src
-RUN npm run build && npm prune --omit=dev
+# What .dockerignore lets through: sources, scripts, and prebuilt/ and wasm/build/ when they exist.
+COPY . .
+RUN npx tsc -p tsconfig.build.json && node scripts/build-dashboard.mjs
+# The native helpers: prebuilt/ when it fits these sources, else compiled here with Debian's gcc.
+RUN node scripts/build-native.mjs || { \
+      echo "Dockerfile: compiling the native helpers with build-essential" >&2 \
+      && apt-get update && apt-get install -y --no-install-recommends build-essential \
+      && node scripts/build-native.mjs; }
+RUN npm prune --omit=dev && mkdir -p native/build prebuilt wasm/build
 
-FROM node:20-bookworm-slim
+FROM ${NODE_IMAGE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends tini bubblewrap \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+# The npm package's layout: dist, the helpers (compiled or prebuilt, each with its manifest), the
+# build script for other platforms, and the WASI toolset when it was built (bash wasm/build.sh).
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
-COPY --from=build /app/dist ./dist
+COPY --from=build /app/dist/src ./dist/src
 COPY --from=build /app/native ./native
+COPY --from=build /app/prebuilt ./prebuilt
+COPY --from=build /app/scripts/build-native.mjs /app/scripts/native-sources.mjs ./scripts/
+COPY --from=build /app/wasm/build ./wasm/build
 ENV NODE_ENV=production \
     KILNTAINERS_TRANSPORT=http \
     KILNTAINERS_HOST=0.0.0.0 \

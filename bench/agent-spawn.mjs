@@ -9,9 +9,9 @@ import { join } from "node:path"
 import { Effect, Exit, Scope, Stream } from "effect"
 
 const load = (built, source) => built().catch(source)
-const AgentClient = await load(() => import("../dist/src/layers/backends/AgentClient.js"), () => import("../src/layers/backends/AgentClient.ts"))
-const HostBackend = await load(() => import("../dist/src/layers/backends/HostBackend.js"), () => import("../src/layers/backends/HostBackend.ts"))
-const { locate } = await load(() => import("../dist/src/layers/backends/NativeBinaries.js"), () => import("../src/layers/backends/NativeBinaries.ts"))
+const AgentLauncher = await load(() => import("../dist/src/layers/backends/agent/AgentLauncher.js"), () => import("../src/layers/backends/agent/AgentLauncher.ts"))
+const HostBackend = await load(() => import("../dist/src/layers/backends/host/HostBackend.js"), () => import("../src/layers/backends/host/HostBackend.ts"))
+const { locate } = await load(() => import("../dist/src/layers/backends/agent/NativeBinaries.js"), () => import("../src/layers/backends/agent/NativeBinaries.ts"))
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(name)
@@ -24,7 +24,7 @@ const sandbox = process.argv.includes("--sandbox")
 const binaries = await Effect.runPromise(locate("host"))
 const dir = mkdtempSync(join(tmpdir(), "kt-bench-"))
 const env = { PATH: "/usr/local/bin:/usr/bin:/bin" }
-const agentArgs = ["--socket", join(dir, "agent.sock")]
+const agentArgs = sandbox ? ["--caps", "drop"] : ["--caps", "keep", "--no-seccomp"]
 const command = sandbox
   ? {
       file: "bwrap",
@@ -39,7 +39,7 @@ const command = sandbox
   : { file: binaries.agent, args: agentArgs, cwd: dir, env, channel: join(dir, "agent.fifo") }
 
 const scope = Effect.runSync(Scope.make())
-const client = await Effect.runPromise(Scope.extend(AgentClient.make("host", command), scope))
+const client = await Effect.runPromise(Scope.extend(AgentLauncher.make("host", command), scope))
 
 const viaAgent = (argv, onData) =>
   new Promise((resolve, reject) => {
@@ -61,7 +61,12 @@ const bare = (argv, onData) =>
 
 // The whole host backend (bwrap sandbox, Effect scopes, event Stream), as the runtime uses it.
 const computer = await Effect.runPromise(Scope.extend(
-  Effect.flatMap(HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" }), (backend) => backend.open({ id: "bench", temporary: true })),
+  Effect.gen(function*() {
+    const backend = yield* HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" })
+    const created = new Date().toISOString()
+    const instance = yield* backend.create({ id: "bench", temporary: true, image: backend.image, created, instance: "bench" })
+    return yield* backend.connect(instance)
+  }),
   scope
 ))
 const viaBackend = (argv) =>
@@ -91,7 +96,7 @@ const b = p50(bareTimes)
 const h = p50(backendTimes)
 console.log(`spawn true (p50 of ${runs}): bare child_process.spawn ${b.toFixed(3)} ms`)
 console.log(`  AgentClient${sandbox ? " (agent in bwrap)" : ""}: ${a.toFixed(3)} ms, ratio ${(a / b).toFixed(2)}x`)
-console.log(`  HostBackend computer.spawn + events (bwrap): ${h.toFixed(3)} ms, ratio ${(h / b).toFixed(2)}x`)
+console.log(`  HostBackend connection.spawn + events (bwrap): ${h.toFixed(3)} ms, ratio ${(h / b).toFixed(2)}x`)
 
 const throughput = async (run) => {
   let n = 0

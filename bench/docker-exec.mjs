@@ -1,5 +1,5 @@
 // Exec round trip of `true` on a warm container, three ways, interleaved:
-//   (1) the Docker backend's computer.spawn, events drained to Exit (wrapper + env -i + header),
+//   (1) a Docker connection's spawn, events drained to Exit (through the container's kt-agent),
 //   (2) a bare Engine API exec issued here with dockerode: create + start + wait for the end + inspect,
 //   (3) the `docker exec <container> true` CLI.
 // p50/p99 of each and the ratios. Run after `npm run build` (uses dist/), or without a build:
@@ -7,14 +7,14 @@
 // src/ even when dist/ exists; needs vite-node).
 import { execFile } from "node:child_process"
 import Docker from "dockerode"
-import { Effect, Exit, Layer, Scope, Stream } from "effect"
+import { Effect, Exit, Scope, Stream } from "effect"
 
 const load = (built, source) => (process.argv.includes("--source") ? source() : built().catch(source))
 const DockerBackend = await load(
-  () => import("../dist/src/layers/backends/DockerBackend.js"),
-  () => import("../src/layers/backends/DockerBackend.ts")
+  () => import("../dist/src/layers/backends/docker/DockerBackend.js"),
+  () => import("../src/layers/backends/docker/DockerBackend.ts")
 )
-const { Backend } = await load(() => import("../dist/src/services/Backend.js"), () => import("../src/services/Backend.ts"))
+const ProcessOwner = await load(() => import("../dist/src/layers/ProcessOwner.js"), () => import("../src/layers/ProcessOwner.ts"))
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(name)
@@ -25,7 +25,7 @@ const image = arg("--image", "debian:bookworm-slim")
 const env = { PATH: "/usr/local/bin:/usr/bin:/bin" }
 
 const scope = Effect.runSync(Scope.make())
-const context = await Effect.runPromise(Layer.buildWithScope(DockerBackend.layer({
+const backend = await Effect.runPromise(DockerBackend.make({
   engine: "docker",
   dockerHost: undefined,
   image,
@@ -33,12 +33,20 @@ const context = await Effect.runPromise(Layer.buildWithScope(DockerBackend.layer
   memory: undefined,
   pidsLimit: 512,
   network: false,
-  runFlags: [],
-  instanceId: `bench-${process.pid}`
-}), scope))
-const backend = context.unsafeMap.get(Backend.key)
-const computer = await Effect.runPromise(Scope.extend(backend.open({ id: `bench-${process.pid}`, temporary: true }), scope))
-const container = new Docker({ socketPath: "/var/run/docker.sock" }).getContainer(computer.providerId)
+  runFlags: []
+}))
+// As the kernel does it: create the container, then connect (the agent starts); removed at the end.
+const instance = await Effect.runPromise(backend.create({
+  id: `bench-${process.pid}`,
+  temporary: true,
+  image,
+  created: new Date().toISOString(),
+  instance: `bench-${process.pid}`,
+  // This process as its owner: a later server reaps the container if the bench dies before removing it.
+  owner: ProcessOwner.self()
+}))
+const computer = await Effect.runPromise(Scope.extend(backend.connect(instance), scope))
+const container = new Docker({ socketPath: "/var/run/docker.sock" }).getContainer(instance.providerId)
 
 const viaBackend = () =>
   Effect.runPromise(Effect.scoped(Effect.flatMap(
@@ -60,7 +68,7 @@ const bareExec = async () => {
 
 const cli = () =>
   new Promise((resolve, reject) =>
-    execFile("docker", ["exec", computer.providerId, "true"], (error) => (error ? reject(error) : resolve()))
+    execFile("docker", ["exec", instance.providerId, "true"], (error) => (error ? reject(error) : resolve()))
   )
 
 const time = async (f) => {
@@ -88,10 +96,11 @@ const row = (name, values) =>
   `${name.padEnd(44)} p50 ${percentile(values, 50).toFixed(2).padStart(8)} ms   p99 ${percentile(values, 99).toFixed(2).padStart(8)} ms`
 const ratio = (a, b, p) => (percentile(a, p) / percentile(b, p)).toFixed(2)
 console.log(`exec of \`true\` on a warm container (${runs} runs each, interleaved; image ${image})`)
-console.log(row("(1) DockerBackend computer.spawn + events", times.backend))
+console.log(row("(1) DockerBackend connection.spawn + events", times.backend))
 console.log(row("(2) bare Engine API exec (dockerode)", times.bare))
 console.log(row("(3) docker exec CLI", times.cli))
 console.log(`ratios p50: backend/bare ${ratio(times.backend, times.bare, 50)}x, backend/cli ${ratio(times.backend, times.cli, 50)}x, cli/bare ${ratio(times.cli, times.bare, 50)}x`)
 console.log(`ratios p99: backend/bare ${ratio(times.backend, times.bare, 99)}x, backend/cli ${ratio(times.backend, times.cli, 99)}x, cli/bare ${ratio(times.cli, times.bare, 99)}x`)
 
 await Effect.runPromise(Scope.close(scope, Exit.void))
+await Effect.runPromise(backend.remove(instance))

@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url"
 import { Effect } from "effect"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
-const bin = join(root, "dist", "src", "cli", "bin.js")
+const bin = join(root, "dist", "bin", "kilntainers.mjs")
 const which = process.argv[2] ?? "all"
 
 const percentile = (values, p) => {
@@ -78,7 +78,12 @@ const timeShell = (script) =>
   })
 
 async function benchOutput(bytes = 1024 ** 3, rounds = 3) {
-  const { HostBackend, Processes, Runtime, Settings } = await import(join(root, "dist", "src", "index.js"))
+  // Only the modules it needs (the library's index loads every backend).
+  const built = (path) => import(join(root, "dist", "src", path))
+  const HostBackend = await built("layers/backends/host/HostBackend.js")
+  const Runtime = await built("layers/Runtime.js")
+  const { Processes } = await built("services/Processes.js")
+  const { Settings } = await built("services/Settings.js")
   const stateDir = mkdtempSync(join(tmpdir(), "kt-bench-"))
   const layer = Runtime.layer(Settings.make({ stateDir }), HostBackend.layer({ stateDir, network: false, sandbox: "bwrap" }))
   const command = `head -c ${bytes} /dev/zero`
@@ -97,7 +102,8 @@ async function benchOutput(bytes = 1024 ** 3, rounds = 3) {
         const result = yield* processes.spawn("bench", { command, timeoutMs: 60_000 })
         const elapsed = Number(process.hrtime.bigint() - start) / 1e6
         clearInterval(sampler)
-        if (result.stdout.total !== bytes) throw new Error(`got ${result.stdout.total} bytes`)
+        // Cut output: `next` is the cursor after the tail, i.e. every byte the process wrote.
+        if (result.next?.stdout !== bytes) throw new Error(`got ${result.next?.stdout} bytes`)
         runs.push({ runtime: elapsed, baseline, growth: (peak - rssBefore) / 1024 ** 2 })
       }
       return runs

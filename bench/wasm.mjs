@@ -10,7 +10,7 @@ import { Effect, Layer } from "effect"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const { Computers, HostBackend, Processes, Runtime, Settings } = await import(join(root, "dist", "src", "index.js"))
-const WasmBackend = await import(join(root, "dist", "src", "layers", "backends", "WasmBackend.js"))
+const WasmBackend = await import(join(root, "dist", "src", "layers", "backends", "wasm", "WasmBackend.js"))
 const rounds = Number(process.argv[2] ?? 200)
 const command = "echo hi | wc -c"
 

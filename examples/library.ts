@@ -15,8 +15,8 @@ export const program = Effect.gen(function*() {
   const hello = yield* processes.exec("example", { computer_id: "my-app", command: "echo hello from $(hostname)" })
   // A long-running process: it moves to the background after 500 ms and keeps running.
   const server = yield* processes.spawn("example", { computer_id: "my-app", command: "sleep 1; echo ready", timeoutMs: 500 })
-  const ready = yield* processes.wait({ id: server.id, pattern: "ready", timeoutMs: 5_000 })
-  return { hello: hello.stdout.trim(), backgrounded: server.status, ready: ready.reason }
+  const ready = yield* processes.wait("example", { id: server.pid, pattern: "ready", timeoutMs: 5_000 })
+  return { hello: hello.stdout.trim(), backgrounded: server.status, ready: ready.outcome }
 }).pipe(Effect.provide(kilntainers))
 
 // Run it: npx tsx examples/library.ts

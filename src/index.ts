@@ -22,7 +22,7 @@ export { TerminalScreen } from "./actors/TerminalScreen.js"
 /** @category actors */
 export { parseStdinEscapes } from "./actors/StdinEscapes.js"
 /** @category layers */
-export * as HostBackend from "./layers/backends/HostBackend.js"
+export * as HostBackend from "./layers/backends/host/HostBackend.js"
 /** @category layers */
 export * as Runtime from "./layers/Runtime.js"
 /** @category layers */
@@ -30,16 +30,18 @@ export * as Kilntainers from "./layers/Main.js"
 /** @category layers */
 export * as McpServer from "./layers/mcp/McpServer.js"
 /** @category layers */
+export * as Tracing from "./layers/tracing/Tracing.js"
+/** @category layers */
 export * as HttpServer from "./layers/mcp/HttpServer.js"
 /** @category layers */
-export * as DockerBackend from "./layers/backends/DockerBackend.js"
+export * as DockerBackend from "./layers/backends/docker/DockerBackend.js"
 /** @category services */
 export * from "./services/Files.js"
 /** @category layers */
-export * as FlyBackend from "./layers/backends/FlyBackend.js"
+export * as FlyBackend from "./layers/backends/fly/FlyBackend.js"
 /** @category layers */
-export * as E2BBackend from "./layers/backends/E2BBackend.js"
+export * as E2BBackend from "./layers/backends/e2b/E2BBackend.js"
 /** @category layers */
-export * as ModalBackend from "./layers/backends/ModalBackend.js"
+export * as ModalBackend from "./layers/backends/modal/ModalBackend.js"
 /** @category layers */
-export * as WasmBackend from "./layers/backends/WasmBackend.js"
+export * as WasmBackend from "./layers/backends/wasm/WasmBackend.js"

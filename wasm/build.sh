@@ -3,6 +3,8 @@
 #   toybox.wasm   toybox (0BSD) multicall: ls cat grep sed sort uniq wc head tail cut tr find ...
 #   awk.wasm      original-awk, the one true awk (MIT-style licence)
 #   toolset.json  which command runs which module, and the sources they came from
+#   licences/     the licence texts of what the modules contain (toybox, original-awk, and wasi-libc
+#                 and compiler-rt, linked in), shipped with them in the npm package
 #   test/*.wasm   small modules for the tests (hello, spin, bigmem)
 # Sources are Debian bookworm source packages (wasm/sources.list), fetched with apt and checked
 # against the SHA256 in Debian's .dsc; our changes are wasm/patches/*.patch and wasm/compat/.
@@ -70,7 +72,7 @@ WASI_LIBS=(-L/usr/lib/wasm32-wasi -lm -lwasi-emulated-signal -lwasi-emulated-mma
 WASI_LINK=(-Wl,--gc-sections -Wl,--max-memory=$MAX_MEMORY -Wl,-z,stack-size=$STACK -Wl,--strip-debug)
 
 rm -rf "$OUT"
-mkdir -p "$WORK" "$OUT/test"
+mkdir -p "$WORK" "$OUT/test" "$OUT/licences"
 
 # --- sources: the .orig tarball of each Debian source package, checked against Debian's SHA256 ------
 fetch_orig() { # package version -> path of the tarball
@@ -95,6 +97,7 @@ awk_tar="$(fetch_orig original-awk "$AWK_VERSION")"
 # --- toybox ---------------------------------------------------------------------------------------
 mkdir -p "$WORK/toybox" && tar -xf "$toybox_tar" -C "$WORK/toybox" --strip-components=1
 cd "$WORK/toybox"
+cp LICENSE "$OUT/licences/toybox.LICENSE"
 for patch in "$HERE"/patches/toybox-*.patch; do patch -s -p1 < "$patch"; done
 for tool in $TOYBOX_TOOLS toybox; do echo "CONFIG_$(echo "$tool" | tr a-z A-Z)=y"; done > mini.config
 printf 'CONFIG_SORT_FLOAT=y\nCONFIG_TOYBOX_FLOAT=y\n' >> mini.config
@@ -118,6 +121,7 @@ toybox_commands="$(printf '%s\n' $TOYBOX_TOOLS "[" | sort -u)"
 # --- original-awk ---------------------------------------------------------------------------------
 mkdir -p "$WORK/awk" && tar -xf "$awk_tar" -C "$WORK/awk" --strip-components=1
 cd "$WORK/awk"
+cp LICENSE "$OUT/licences/original-awk.LICENSE"
 byacc -d -b awkgram awkgram.y 2>/dev/null
 gcc maketab.c -o maketab && ./maketab awkgram.tab.h > proctab.c
 log "compiling original-awk for wasm32-wasi"
@@ -132,14 +136,20 @@ cd "$HERE/test"
 "${WASI_CC[@]}" -O2 bigmem.c "${WASI_LIBS[@]}" -Wl,--max-memory=1073741824 -o "$OUT/test/bigmem.wasm"
 "${WASI_CC[@]}" -O2 bigmem.c "${WASI_LIBS[@]}" -o "$OUT/test/nomax.wasm"
 
+# The C library and compiler runtime linked into every module: Debian's record of their licences.
+cp /usr/share/doc/wasi-libc/copyright "$OUT/licences/wasi-libc.copyright"
+cp /usr/share/doc/libclang-rt-14-dev-wasm32/copyright "$OUT/licences/compiler-rt.copyright"
+
 # --- manifest ---------------------------------------------------------------------------------------
 {
   printf '{\n  "modules": {\n'
   printf '    "toybox.wasm": [%s],\n' "$(printf '"%s",' $toybox_commands | sed 's/,$//')"
   printf '    "awk.wasm": ["awk"]\n  },\n'
   printf '  "sources": [\n'
-  printf '    {"package": "toybox", "version": "%s", "licence": "%s"},\n' "$TOYBOX_VERSION" "$(licence_of toybox)"
-  printf '    {"package": "original-awk", "version": "%s", "licence": "%s"}\n' "$AWK_VERSION" "$(licence_of original-awk)"
+  printf '    {"package": "toybox", "version": "%s", "licence": "%s", "licenceFile": "licences/toybox.LICENSE"},\n' "$TOYBOX_VERSION" "$(licence_of toybox)"
+  printf '    {"package": "original-awk", "version": "%s", "licence": "%s", "licenceFile": "licences/original-awk.LICENSE"},\n' "$AWK_VERSION" "$(licence_of original-awk)"
+  printf '    {"package": "wasi-libc", "version": "%s", "licence": "linked in; see its file", "licenceFile": "licences/wasi-libc.copyright"},\n' "$(dpkg-query -W -f '${Version}' wasi-libc)"
+  printf '    {"package": "libclang-rt-14-dev-wasm32", "version": "%s", "licence": "linked in; see its file", "licenceFile": "licences/compiler-rt.copyright"}\n' "$(dpkg-query -W -f '${Version}' libclang-rt-14-dev-wasm32)"
   printf '  ],\n  "maxMemoryBytes": %d\n}\n' "$MAX_MEMORY"
 } > "$OUT/toolset.json.tmp"
 rm -rf "$WORK"

@@ -1,22 +1,18 @@
-import type { Chunk, Scope } from "effect"
-import { Clock, Deferred, Duration, Effect, PubSub, Queue, Stream } from "effect"
-import {
-  type BackendError,
-  MailboxFull,
-  ProcessExited,
-  StdinClosed,
-  type Unsupported
-} from "../domain/Errors.js"
+import type * as Chunk from "effect/Chunk"
+import type * as Scope from "effect/Scope"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as PubSub from "effect/PubSub"
+import * as Queue from "effect/Queue"
+import * as Stream from "effect/Stream"
+import { MailboxFull, ProcessExited, StdinClosed } from "../domain/Errors.js"
 import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice } from "../domain/Process.js"
 import type { BackendProcess, ExitInfo, ProcessEvent } from "../services/Backend.js"
+import type { LiveOutput, ProcessCommandError, ProcessHandle } from "../services/Processes.js"
 import { OutputLog, type OutputSlice } from "./OutputLog.js"
 import { TerminalScreen } from "./TerminalScreen.js"
-
-/** Live output as subscribers see it. */
-export type LiveOutput =
-  | { readonly _tag: "Stdout"; readonly data: Uint8Array }
-  | { readonly _tag: "Stderr"; readonly data: Uint8Array }
-  | { readonly _tag: "Exit"; readonly exit: ExitInfo }
 
 export interface ProcessActorOptions {
   readonly id: string
@@ -37,7 +33,7 @@ type Command =
   | { readonly _tag: "Signal"; readonly signal: string; readonly reason: string | undefined }
   | { readonly _tag: "Resize"; readonly cols: number; readonly rows: number }
 
-type CommandError = ProcessExited | StdinClosed | BackendError | Unsupported
+type CommandError = Exclude<ProcessCommandError, MailboxFull>
 
 interface Envelope {
   readonly command: Command
@@ -45,30 +41,13 @@ interface Envelope {
 }
 
 /** A process as an actor: it owns the running process, its output and its terminal. */
-export interface ProcessActor {
-  readonly id: string
-  readonly computerId: string
-  readonly tty: boolean
-  readonly info: Effect.Effect<ProcessInfo>
-  readonly status: Effect.Effect<ProcessStatus>
-  /** Waits for the process to exit. */
-  readonly exited: Effect.Effect<ExitInfo>
-  /** Completes when the process has exited and every holder of its output has closed it. */
-  readonly closed: Effect.Effect<void>
-  readonly write: (data: Uint8Array) => Effect.Effect<void, CommandError | MailboxFull>
-  readonly closeStdin: Effect.Effect<void, CommandError | MailboxFull>
-  readonly signal: (signal: string, reason?: string) => Effect.Effect<void, CommandError | MailboxFull>
-  readonly resize: (cols: number, rows: number) => Effect.Effect<void, CommandError | MailboxFull>
-  readonly read: (options: ReadOptions) => Effect.Effect<OutputView>
-  /** Live output from now on; the subscription ends with the Scope. */
-  readonly subscribe: Effect.Effect<Queue.Dequeue<LiveOutput>, never, Scope.Scope>
-  /** Clock millis of the latest output (or of the start). */
-  readonly lastActivity: Effect.Effect<number>
-  /** Records why the process is ending (computer closed, server shutdown) before it is stopped. */
-  readonly noteReason: (reason: string) => Effect.Effect<void>
-}
+export type ProcessActor = ProcessHandle
 
 const iso = (millis: number) => new Date(millis).toISOString()
+/** Why a process ended whose output stopped without an exit. */
+const LOST_PROCESS = "the backend lost the process"
+/** ps shows this much of a command line. */
+const COMMAND_SHOWN = 200
 
 const toStreamSlice = (slice: OutputSlice, total: number): StreamSlice => ({
   text: slice.text,
@@ -131,21 +110,22 @@ export const make = (
     let stdinClosed = false
     let lastActivity = startedAt
 
-    const status = (): ProcessStatus => exit === undefined ? "running" : exit.signal !== null ? "killed" : "exited"
+    const status = (): ProcessStatus => exit === undefined ? "running" : "terminated"
 
     const info = (): ProcessInfo => ({
-      id: options.id,
+      pid: options.id,
       computer_id: options.computerId,
-      command: options.command,
+      command: options.command.length > COMMAND_SHOWN ? `${options.command.slice(0, COMMAND_SHOWN)}…` : options.command,
+      status: status(),
+      ...(exit?.exitCode !== undefined && exit.exitCode !== null ? { exitCode: exit.exitCode } : {}),
+      ...(exit?.signal ? { signal: exit.signal } : {}),
       cwd: options.cwd,
       tty: screen !== undefined,
-      status: status(),
-      exitCode: exit?.exitCode ?? null,
-      signal: exit?.signal ?? null,
-      pid: process.pid,
-      startedAt: iso(startedAt),
-      endedAt: endedAt === undefined ? null : iso(endedAt),
-      ...(reason !== undefined && exit !== undefined ? { reason } : {})
+      createdAt: iso(startedAt),
+      ...(endedAt === undefined ? {} : { endedAt: iso(endedAt) }),
+      ...(process.pid === null ? {} : { osPid: process.pid }),
+      ...(reason !== undefined && exit !== undefined ? { reason } : {}),
+      ...(exit?.descendantsKilled ? { descendantsKilled: exit.descendantsKilled } : {})
     })
 
     const publish = (event: LiveOutput) => subscribers > 0 ? PubSub.publish(live, event) : Effect.void
@@ -199,7 +179,7 @@ export const make = (
       Stream.runForEachChunk(onEvents),
       // A stream that ends without an Exit means the backend lost the process.
       Effect.zipRight(Effect.suspend(() => {
-        if (exit === undefined) reason ??= "the backend lost the process"
+        if (exit === undefined) reason ??= LOST_PROCESS
         return recordExit({ exitCode: null, signal: "SIGKILL" })
       })),
       Effect.ensuring(Deferred.succeed(closedDeferred, undefined)),
@@ -262,23 +242,23 @@ export const make = (
 
     const read = (opts: ReadOptions): Effect.Effect<OutputView> =>
       Effect.gen(function*() {
-        const maxBytes = opts.maxBytes
-        const slice = (log: OutputLog, cursor: number | undefined) =>
+        const slice = (log: OutputLog, cursor: number | undefined, maxBytes: number | undefined) =>
           toStreamSlice(
             cursor === undefined && opts.lines !== undefined
               ? log.lastLines(opts.lines, maxBytes)
               : log.read(cursor ?? 0, maxBytes),
             log.total
           )
-        if (!screen) return { stdout: slice(stdout, opts.stdoutCursor), stderr: slice(stderr, opts.stderrCursor) }
+        const errors = slice(stderr, opts.stderrCursor, opts.stderrMaxBytes ?? opts.maxBytes)
+        if (!screen) return { stdout: slice(stdout, opts.stdoutCursor, opts.maxBytes), stderr: errors }
         const snapshot = yield* Effect.promise(() => screen.snapshot(opts.scrollback ? { scrollback: true } : {}))
-        // A TTY's raw bytes are escape-laden; they are returned only when asked for by cursor.
-        const raw = opts.stdoutCursor === undefined
-          ? { text: "", from: stdout.total, next: stdout.total, total: stdout.total, omitted: 0 }
-          : slice(stdout, opts.stdoutCursor)
+        // A TTY's raw bytes are escape-laden; they are returned only when asked for.
+        const raw = opts.raw
+          ? slice(stdout, opts.stdoutCursor, opts.maxBytes)
+          : { text: "", from: stdout.total, next: stdout.total, total: stdout.total, omitted: 0 }
         return {
           stdout: raw,
-          stderr: slice(stderr, opts.stderrCursor),
+          stderr: errors,
           screen: {
             text: snapshot.text,
             cursor: snapshot.cursor,
@@ -309,8 +289,13 @@ export const make = (
         () => Effect.sync(() => subscribers--)
       ),
       lastActivity: Effect.sync(() => lastActivity),
+      totals: Effect.sync(() => ({ stdout: stdout.total, stderr: stderr.total })),
       noteReason: (why) => Effect.sync(() => {
         reason ??= why
+      }),
+      explainEnd: (why) => Effect.sync(() => {
+        const unexplained = reason === undefined || reason === LOST_PROCESS
+        if (exit !== undefined && exit.exitCode === null && unexplained) reason = why
       }),
     }
     yield* Deferred.succeed(self, actor)

@@ -4,7 +4,7 @@
  * One left-to-right scan (never chained replaces), so every escape stands for exactly one thing
  * and `\\n` is a backslash followed by `n`.
  */
-import { Either } from "effect"
+import * as Either from "effect/Either"
 
 /** One sentence listing the escapes, for tool descriptions. */
 export const describeEscapes =

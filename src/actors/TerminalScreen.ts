@@ -11,7 +11,7 @@
  * Owned by one actor fiber: plain code; `snapshotEffect` is the Effect view of `snapshot`.
  */
 import xterm from "@xterm/headless"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 
 // @xterm/headless is CommonJS whose exports Node cannot detect statically: default import only.
 const { Terminal } = xterm
@@ -159,7 +159,7 @@ export class TerminalScreen {
 
   /** Renders the screen once the terminal has parsed every byte written so far. */
   snapshot(options: SnapshotOptions = {}): Promise<ScreenSnapshot> {
-    if (this.disposed) return Promise.resolve(this.disposed)
+    if (this.disposed) return Promise.resolve(this.fromLast(this.disposed, options))
     if (this.doneSeq === this.seq) return Promise.resolve(this.render(options))
     return new Promise((resolve) => {
       this.waiters.push({ seq: this.seq, run: () => resolve(this.render(options)) })
@@ -172,10 +172,22 @@ export class TerminalScreen {
     const waiters = this.waiters
     this.waiters = []
     for (const waiter of waiters) waiter.run()
-    this.disposed = this.render({})
+    // The last rendering keeps the scrollback: it outlives the process (a read after exit still has it).
+    this.disposed = this.render({ scrollback: true })
     this.backlog = []
     this.backlogBytes = 0
     this.terminal.dispose()
+  }
+
+  /** The kept last rendering, cut to what a later snapshot asks for. */
+  private fromLast(last: ScreenSnapshot, options: SnapshotOptions): ScreenSnapshot {
+    if (!options.scrollback || last.scrollback === undefined) {
+      const { scrollback: _dropped, ...screen } = last
+      return screen
+    }
+    if (options.maxScrollbackLines === undefined) return last
+    const lines = last.scrollback.split("\n")
+    return { ...last, scrollback: lines.slice(Math.max(0, lines.length - options.maxScrollbackLines)).join("\n") }
   }
 
   private hand(item: Item) {

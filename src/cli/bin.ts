@@ -1,38 +1,29 @@
 #!/usr/bin/env node
-import * as ValidationError from "@effect/cli/ValidationError"
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Cause, Effect, Option } from "effect"
-import * as Main from "../layers/Main.js"
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
 import * as Cli from "./Cli.js"
 
-const describe = (error: unknown): string =>
-  typeof error === "string" ? error : error instanceof Error || (typeof error === "object" && error !== null && "message" in error)
-    ? String((error as { message: unknown }).message)
-    : String(error)
+// Logs go to stderr: in stdio mode stdout carries the MCP protocol and nothing else. Only help,
+// --version and --print-config write stdout, and then no server runs.
+const stderrLogger = Logger.replace(Logger.defaultLogger, Logger.prettyLogger({ stderr: true, colors: false }))
+const width = process.stdout.isTTY ? Math.min(process.stdout.columns || 100, 120) : 100
 
-Cli.run(process.argv).pipe(
-  // Failures are reported here, on stderr: runMain's own report would go to stdout.
-  Effect.catchAllCause((cause) => {
-    if (Cause.isInterruptedOnly(cause)) return Effect.void
-    process.exitCode = 1
-    const failure = Cause.failureOption(cause)
-    // @effect/cli has already printed its own validation errors.
-    if (Option.isSome(failure) && ValidationError.isValidationError(failure.value)) return Effect.void
-    return Option.match(failure, {
-      onNone: () => Effect.logError(Cause.pretty(cause)),
-      onSome: (error) => Effect.logError(`kilntainers cannot start: ${describe(error)}`)
+Cli.main(process.argv.slice(2), width).pipe(
+  Effect.tap((outcome) =>
+    Effect.sync(() => {
+      if (outcome.stdout !== undefined) process.stdout.write(outcome.stdout)
+      process.exitCode = outcome.exitCode
     })
-  }),
-  Effect.provide(NodeContext.layer),
-  Effect.provide(Main.stderrLogger),
+  ),
+  Effect.provide(stderrLogger),
   NodeRuntime.runMain({
     disablePrettyLogger: true,
-    // Always exit: stdio listeners must not keep a finished server alive.
+    // Always exit, once stdout is flushed: stdio listeners must not keep a finished server alive.
     teardown: (_exit, onExit) => {
       const code = typeof process.exitCode === "number" ? process.exitCode : 0
       onExit(code)
-      process.exit(code)
+      process.stdout.write("", () => process.exit(code))
     }
   })
 )

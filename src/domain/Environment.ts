@@ -40,3 +40,17 @@ export const processEnvironment = (options: EnvironmentOptions): Record<string, 
   ...options.server,
   ...options.call
 })
+
+/** The rule for environment variable names, as callers are told it. */
+export const envNameRule = "a name must be non-empty and contain neither '=' nor NUL"
+
+/** Why an environment cannot be given to a process, if it cannot: a bad name, or a NUL in a value. */
+export const envProblem = (env: Readonly<Record<string, string>> | undefined, what = "env"): string | undefined => {
+  for (const [name, value] of Object.entries(env ?? {})) {
+    if (name === "" || name.includes("=") || name.includes("\0")) {
+      return `${what}: ${JSON.stringify(name)} is not a valid environment variable name (${envNameRule})`
+    }
+    if (value.includes("\0")) return `${what}: the value of ${name} contains a NUL character, which would cut it short`
+  }
+  return undefined
+}

@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 
 /** The input of a tool or library call is invalid. */
 export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInput", {
@@ -52,13 +52,101 @@ export class MailboxFull extends Schema.TaggedError<MailboxFull>()("MailboxFull"
   }
 }
 
-/** The backend failed or is unavailable (sandbox missing, engine down, provider error). */
-export class BackendError extends Schema.TaggedError<BackendError>()("BackendError", {
+/**
+ * What went wrong at a provider (a container engine, a cloud API, the in-computer agent), as the
+ * kernel and the user need to know it. The provider's own words go in `detail`, its error in `cause`.
+ */
+export const ProviderFailure = Schema.Literal(
+  /** The engine, API or computer does not answer or refuses to work (down, not installed, misconfigured). */
+  "Unavailable",
+  /** What we asked about is gone at the provider. */
+  "NotFound",
+  /** The name is taken, or the computer is changing state. */
+  "Conflict",
+  /** The provider asks us to slow down. */
+  "RateLimited",
+  /** A plan, runtime, size or disk limit of the provider. */
+  "Quota",
+  /** No answer in time. */
+  "Timeout",
+  /** An answer we cannot understand — a provider's, or a hostile agent's frames. */
+  "Protocol",
+  /** Credentials or permissions are missing or wrong. */
+  "Denied",
+  /** The provider refused the request as invalid (bad image, bad size). */
+  "Invalid",
+  /** Anything else. */
+  "Failed"
+)
+export type ProviderFailure = typeof ProviderFailure.Type
+
+const failureHint: Record<ProviderFailure, string> = {
+  Unavailable: "",
+  NotFound: "",
+  Conflict: " (try again in a moment)",
+  RateLimited: " (the provider is rate-limiting; try again shortly)",
+  Quota: "",
+  Timeout: " (no answer in time)",
+  Protocol: "",
+  Denied: " (check the credentials)",
+  Invalid: "",
+  Failed: ""
+}
+
+/** A provider call failed. The one place its message for the user is made. */
+export class ProviderError extends Schema.TaggedError<ProviderError>()("ProviderError", {
   backend: Schema.String,
-  reason: Schema.String
+  /** What we were doing, as a verb phrase: "create the container", "start the agent". */
+  operation: Schema.String,
+  reason: ProviderFailure,
+  /** What the provider said. */
+  detail: Schema.String,
+  cause: Schema.optional(Schema.Unknown)
 }) {
   override get message() {
-    return `${this.backend} backend: ${this.reason}`
+    return `${this.backend} backend: cannot ${this.operation}: ${this.detail}${failureHint[this.reason]}`
+  }
+}
+
+/** Builds a ProviderError (the cause is kept for logs, never shown to the client). */
+export const providerError = (
+  backend: string,
+  operation: string,
+  reason: ProviderFailure,
+  detail: string,
+  cause?: unknown
+): ProviderError => new ProviderError({ backend, operation, reason, detail, ...(cause === undefined ? {} : { cause }) })
+
+/** The computer exists but cannot run anything now (being restarted, lost, deleted). */
+export class ComputerUnavailable extends Schema.TaggedError<ComputerUnavailable>()("ComputerUnavailable", {
+  id: Schema.String,
+  state: Schema.String,
+  why: Schema.optional(Schema.String)
+}) {
+  override get message() {
+    return this.state === "lost"
+      ? `computer '${this.id}' was lost (${this.why ?? "its provider reported it gone"}); restart or delete it`
+      : `computer '${this.id}' is ${this.state}${this.why === undefined ? "" : `: ${this.why}`}`
+  }
+}
+
+/** The calling session may not use this computer or process. */
+export class AccessDenied extends Schema.TaggedError<AccessDenied>()("AccessDenied", {
+  what: Schema.String,
+  why: Schema.String
+}) {
+  override get message() {
+    return `${this.what}: ${this.why}`
+  }
+}
+
+/** A path inside a computer does not exist (or is not what the call needs). */
+export class FileNotFound extends Schema.TaggedError<FileNotFound>()("FileNotFound", {
+  path: Schema.String,
+  why: Schema.String
+}) {
+  override get message() {
+    return `${this.why}: ${this.path}`
   }
 }
 
@@ -89,6 +177,9 @@ export type ProcessError =
   | StdinClosed
   | SpawnFailed
   | MailboxFull
-  | BackendError
   | ComputerNotFound
+  | ComputerUnavailable
+  | AccessDenied
+  | FileNotFound
+  | ProviderError
   | Unsupported

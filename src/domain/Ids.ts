@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 
 /** A process id: short, unique for the life of the server, never reused (`p1`, `p2`, …). */
 export const ProcessId = Schema.String.pipe(Schema.brand("ProcessId"))

@@ -1,63 +1,71 @@
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 
-export const ProcessStatus = Schema.Literal("running", "exited", "killed")
+/** process-mcp's words: a process is running, or it has terminated (how: `exitCode` / `signal`). */
+export const ProcessStatus = Schema.Literal("running", "terminated")
 export type ProcessStatus = typeof ProcessStatus.Type
 
-/** What `ps` shows of one process. */
+/** What `ps` shows of one process (fields that do not apply are absent). */
 export const ProcessInfo = Schema.Struct({
-  id: Schema.String,
-  computer_id: Schema.String,
-  command: Schema.String,
-  cwd: Schema.String,
-  tty: Schema.Boolean,
+  pid: Schema.String.annotations({ description: "The process handle that spawn returned; stdin, stdout, wait and kill take it" }),
+  computer_id: Schema.String.annotations({ description: "The computer it runs on" }),
+  command: Schema.String.annotations({ description: "The command line (cut at 200 characters)" }),
   status: ProcessStatus,
-  exitCode: Schema.NullOr(Schema.Number),
-  signal: Schema.NullOr(Schema.String),
-  pid: Schema.NullOr(Schema.Number),
-  startedAt: Schema.String,
-  endedAt: Schema.NullOr(Schema.String),
-  reason: Schema.optional(Schema.String).annotations({
-    description: "Why the process ended, when it did not simply exit (killed by a tool call, computer closed, …)"
-  })
+  exitCode: Schema.optional(Schema.Number.annotations({ description: "Exit code, once it exited by itself" })),
+  signal: Schema.optional(Schema.String.annotations({ description: "The signal that ended it, if one did" })),
+  cwd: Schema.String.annotations({ description: "Working directory" }),
+  tty: Schema.Boolean.annotations({ description: "Runs on a terminal" }),
+  createdAt: Schema.String.annotations({ description: "Start time (ISO 8601)" }),
+  endedAt: Schema.optional(Schema.String.annotations({ description: "End time (ISO 8601)" })),
+  osPid: Schema.optional(Schema.Number.annotations({ description: "The operating-system pid inside the computer" })),
+  reason: Schema.optional(Schema.String.annotations({
+    description: "Why it ended, when it did not simply exit (killed by a tool call, timed out, computer restarted, …)"
+  })),
+  descendantsKilled: Schema.optional(Schema.Number.annotations({
+    description: "Other processes of its tree (background, setsid or double-forked children) that ended with it"
+  }))
 })
 export type ProcessInfo = typeof ProcessInfo.Type
 
 /** A slice of one output stream, read from a cursor. */
-export const StreamSlice = Schema.Struct({
-  text: Schema.String,
-  from: Schema.Number.annotations({ description: "Byte offset where this text starts" }),
-  next: Schema.Number.annotations({ description: "Cursor for the next read of this stream (byte offset)" }),
-  total: Schema.Number.annotations({ description: "Bytes the stream has produced so far" }),
-  omitted: Schema.Number.annotations({
-    description: "Bytes between from and next that are not in text (evicted, or cut to fit the limit)"
-  })
-})
-export type StreamSlice = typeof StreamSlice.Type
+export interface StreamSlice {
+  /** The text; bytes left out are shown as `[… N bytes omitted …]` on their own line. */
+  readonly text: string
+  /** Byte offset where this text starts. */
+  readonly from: number
+  /** Cursor for the next read of this stream (byte offset after the text). */
+  readonly next: number
+  /** Bytes the stream has produced so far. */
+  readonly total: number
+  /** Bytes between from and next that are not in text (evicted, or cut to fit the limit). */
+  readonly omitted: number
+}
 
 /** The rendered terminal of a TTY process. */
-export const ScreenView = Schema.Struct({
-  text: Schema.String,
-  cursor: Schema.Struct({ x: Schema.Number, y: Schema.Number }),
-  cols: Schema.Number,
-  rows: Schema.Number,
-  alternateScreen: Schema.Boolean,
-  scrollback: Schema.optional(Schema.String)
-})
-export type ScreenView = typeof ScreenView.Type
+export interface ScreenView {
+  readonly text: string
+  readonly cursor: { readonly x: number; readonly y: number }
+  readonly cols: number
+  readonly rows: number
+  readonly alternateScreen: boolean
+  readonly scrollback?: string | undefined
+}
 
-/** Output of a process as a tool returns it. */
-export const OutputView = Schema.Struct({
-  stdout: StreamSlice,
-  stderr: StreamSlice,
-  screen: Schema.optional(ScreenView)
-})
-export type OutputView = typeof OutputView.Type
+/** Output of a process, as read from its logs and terminal. */
+export interface OutputView {
+  readonly stdout: StreamSlice
+  readonly stderr: StreamSlice
+  readonly screen?: ScreenView | undefined
+}
 
 /** How to read output: from cursors, or the last lines of what is retained. */
 export interface ReadOptions {
   readonly stdoutCursor?: number | undefined
   readonly stderrCursor?: number | undefined
   readonly lines?: number | undefined
+  /** Most bytes of stdout (and of stderr, unless `stderrMaxBytes`) to return; the rest keeps head and tail. */
   readonly maxBytes?: number | undefined
+  readonly stderrMaxBytes?: number | undefined
   readonly scrollback?: boolean | undefined
+  /** TTY: also the raw bytes of stdout from `stdoutCursor` (escape sequences and all). */
+  readonly raw?: boolean | undefined
 }

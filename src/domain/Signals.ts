@@ -1,4 +1,4 @@
-import { Either } from "effect"
+import * as Either from "effect/Either"
 import { constants } from "node:os"
 
 const byName = constants.signals as Readonly<Record<string, number>>

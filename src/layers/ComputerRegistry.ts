@@ -1,42 +1,63 @@
-import { Clock, Deferred, Effect, ExecutionStrategy, Exit, Layer, Scope } from "effect"
+/**
+ * The computers of one server: ids (the fork's slug rule, readable generated ids), each session's
+ * default computer, rediscovery of permanent computers from the provider, and the reaper.
+ *
+ * An id is claimed synchronously (the ComputerActor exists in state `creating` at once) and the
+ * provider is called in the actor's own fiber, so there is no lock around provider calls: creating
+ * ten computers takes about as long as one, and one slow computer never holds up another.
+ */
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
 import * as ComputerActor from "../actors/ComputerActor.js"
-import { computerIdPattern, generateComputerId } from "../domain/ComputerIds.js"
-import { type BackendError, ComputerNotFound, InvalidInput } from "../domain/Errors.js"
-import { Backend, type ProviderComputer } from "../services/Backend.js"
+import { computerIdPattern, computerIdProblem, generateComputerId } from "../domain/ComputerIds.js"
+import { AccessDenied, ComputerNotFound, InvalidInput, type ProviderError, Unsupported } from "../domain/Errors.js"
+import { Backend, type Instance } from "../services/Backend.js"
 import { type ComputerInfo, type ComputerRequest, Computers } from "../services/Computers.js"
+import { ServerIdentity } from "../services/ServerIdentity.js"
 import { Settings } from "../services/Settings.js"
+import * as Reaper from "./Reaper.js"
+import { tracedBackend } from "./tracing/TracedBackend.js"
+import * as WarmPool from "./WarmPool.js"
 
 interface Entry {
-  readonly id: string
-  readonly temporary: boolean
-  shared: boolean
-  readonly ready: Deferred.Deferred<ComputerActor.ComputerActor, BackendError>
+  readonly actor: ComputerActor.ComputerActor
   readonly scope: Scope.CloseableScope
-  readonly owners: Set<string>
 }
 
-const invalidId = (id: string) =>
-  new InvalidInput({
-    message: `computer_id '${id}' is not valid: use 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit`
+export const invalidId = (id: string) => new InvalidInput({ message: computerIdProblem(id) ?? `computer_id '${id}' is not valid` })
+
+const privateComputer = (id: string) =>
+  new AccessDenied({
+    what: `computer '${id}'`,
+    why: "it is a temporary computer of another session; sessions can use it only if it was created with shared=true"
   })
 
-/**
- * The computers of one server. There is no lock around provider calls: an entry is claimed
- * synchronously, then created in its own fiber, so creating ten computers takes about as long as
- * creating one and one slow computer never holds up another.
- */
+const foreignComputer = (id: string) =>
+  new AccessDenied({ what: `computer '${id}'`, why: "it is a temporary computer of another kilntainers server; choose another id" })
+
+const iso = (millis: number) => new Date(millis).toISOString()
+
 export const layer = Layer.scoped(
   Computers,
   Effect.gen(function*() {
-    const backend = yield* Backend
+    // Every provider call of the kernel (actors, reaper, registry) in a span: wrapped once, here.
+    const backend = tracedBackend(yield* Backend)
     const settings = yield* Settings
+    const server = yield* ServerIdentity
     const root = yield* Effect.scope
     const entries = new Map<string, Entry>()
     const sessionDefaults = new Map<string, string>()
+    let incarnations = 0
+
+    yield* Reaper.run(server).pipe(Effect.provideService(Backend, backend), Effect.forkScoped)
 
     const close = (entry: Entry) =>
       Effect.suspend(() => {
-        if (entries.get(entry.id) === entry) entries.delete(entry.id)
+        if (entries.get(entry.actor.id) === entry) entries.delete(entry.actor.id)
         return Scope.close(entry.scope, Exit.void)
       })
 
@@ -44,59 +65,127 @@ export const layer = Layer.scoped(
       Effect.forEach([...entries.values()], close, { concurrency: "unbounded", discard: true })
     )
 
-    const open = (id: string, temporary: boolean, session: string, shared = false) =>
+    const make = (id: string, temporary: boolean, session: string, shared: boolean, origin: ComputerActor.Origin) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(root, ExecutionStrategy.sequential)
-        const ready = yield* Deferred.make<ComputerActor.ComputerActor, BackendError>()
-        const entry: Entry = { id, temporary, shared, ready, scope, owners: new Set([session]) }
+        const actor = yield* ComputerActor.make(backend, {
+          id,
+          temporary,
+          shared,
+          session,
+          incarnation: ++incarnations,
+          killGraceMs: settings.killGraceMs,
+          server
+        }, origin).pipe(Scope.extend(scope))
+        return { actor, scope }
+      })
+
+    /** Claims the id now; creation or attachment runs in the actor's own fiber. */
+    const open = (id: string, temporary: boolean, session: string, shared: boolean, origin: ComputerActor.Origin) =>
+      Effect.gen(function*() {
+        const entry: Entry = yield* make(id, temporary, session, shared, origin)
         entries.set(id, entry)
-        yield* backend.open({ id, temporary }).pipe(
-          Effect.flatMap((computer) =>
-            ComputerActor.make(computer, { id, temporary, backendName: backend.name, killGraceMs: settings.killGraceMs })
-          ),
-          Scope.extend(scope),
-          Effect.exit,
-          Effect.flatMap((exit) =>
-            Exit.isSuccess(exit)
-              ? Deferred.succeed(ready, exit.value)
-              : Effect.zipRight(close(entry), Deferred.failCause(ready, exit.cause))
-          ),
+        // A computer that could not be made frees its id at once.
+        yield* entry.actor.ready.pipe(
+          Effect.catchAll(() => close(entry)),
           Effect.forkIn(root)
         )
         return entry
       })
 
-    /** The attached computer of an entry; a lost one is replaced by a fresh open of the same id. */
-    const attach = (entry: Entry, session: string): Effect.Effect<ComputerActor.ComputerActor, BackendError> =>
+    if (settings.warmPool > 0 && backend.adopt === undefined) {
+      return yield* new Unsupported({
+        backend: backend.name,
+        feature: "--warm-pool (its computers cannot be renamed when handed out; use a pool with the docker or host backend)"
+      })
+    }
+    const pool = settings.warmPool > 0
+      ? yield* WarmPool.make({
+        size: settings.warmPool,
+        concurrency: Math.min(settings.warmPool, 4),
+        open: Effect.flatMap(generateComputerId, (id) => make(`pool-${id}`, true, "", false, { _tag: "Create", pooled: true }))
+      })
+      : undefined
+
+    /** A new temporary computer: from the warm pool when one is ready, else made now. */
+    const openNew = (id: string, temporary: boolean, session: string, shared: boolean) =>
       Effect.gen(function*() {
-        entry.owners.add(session)
-        const computer = yield* Deferred.await(entry.ready)
-        if ((yield* computer.state) !== "lost") return computer
-        yield* Effect.logInfo(`computer ${entry.id} was lost; opening it again`)
-        yield* close(entry)
-        const fresh = entries.get(entry.id) ?? (yield* open(entry.id, entry.temporary, session))
-        for (const owner of entry.owners) fresh.owners.add(owner)
-        return yield* Deferred.await(fresh.ready)
+        const member = temporary && pool !== undefined ? pool.take() : Option.none<WarmPool.Member>()
+        if (Option.isSome(member)) {
+          const entry: Entry = member.value
+          // Claimed before anything yields: a concurrent call for this id finds it.
+          entries.set(id, entry)
+          yield* entry.actor.hold(session)
+          const adopted = yield* Effect.either(entry.actor.adopt({ id, session, shared }))
+          if (adopted._tag === "Right") return entry
+          entries.delete(id)
+          yield* Effect.logWarning(`warm pool: cannot hand out ${entry.actor.id}: ${adopted.left.message}; creating ${id} instead`)
+          yield* Scope.close(entry.scope, Exit.void)
+        }
+        return yield* open(id, temporary, session, shared, { _tag: "Create" })
       })
 
-    const checkTemporary = (entry: Entry, temporary: boolean | undefined) =>
-      temporary !== undefined && temporary !== entry.temporary
+    /** The running computer of an entry; a lost one is recovered first. */
+    const attach = (entry: Entry, session: string) =>
+      Effect.gen(function*() {
+        yield* entry.actor.hold(session)
+        yield* entry.actor.ready
+        if ((yield* entry.actor.state) === "lost") yield* entry.actor.recover
+        return entry.actor
+      })
+
+    const checkTemporary = (actor: ComputerActor.ComputerActor, temporary: boolean | undefined) =>
+      temporary !== undefined && temporary !== actor.temporary
         ? new InvalidInput({
-          message: `computer '${entry.id}' already exists as a ${entry.temporary ? "temporary" : "permanent"} computer; ` +
-            `ask for it with temporary=${entry.temporary} or choose another id`
+          message: `computer '${actor.id}' already exists as a ${actor.temporary ? "temporary" : "permanent"} computer; ` +
+            `ask for it with temporary=${actor.temporary} or choose another id`
         })
         : Effect.void
 
-    /** Another session's temporary computer is private unless it was created shared. */
-    const accessible = (entry: Entry, session: string) => !entry.temporary || entry.shared || entry.owners.has(session)
+    const checkAccess = (actor: ComputerActor.ComputerActor, session: string) =>
+      actor.visibleTo(session) ? Effect.void : Effect.fail(privateComputer(actor.id))
 
-    const checkAccess = (entry: Entry, session: string) =>
-      accessible(entry, session)
-        ? Effect.void
-        : new InvalidInput({
-          message: `computer '${entry.id}' is a temporary computer of another session; sessions can use it only ` +
-            `if it was created with shared=true`
-        })
+    /** Our computer with this id at the provider, if any (a live one of this kind wins). */
+    const atProvider = (id: string) =>
+      backend.find({ id }).pipe(
+        Effect.map((found) => Option.fromNullable(found.find((instance) => instance.state !== "gone")))
+      )
+
+    const existing = (session: string, id: string, temporary: boolean | undefined, shared?: boolean) =>
+      Effect.gen(function*() {
+        const entry = entries.get(id)!
+        yield* checkAccess(entry.actor, session)
+        yield* checkTemporary(entry.actor, temporary)
+        if (shared) yield* entry.actor.share
+        return yield* attach(entry, session)
+      })
+
+    /** A computer by id: attached here, or found at the provider, or (when `create`) made. */
+    const byId = (session: string, id: string, request: { readonly temporary?: boolean | undefined; readonly shared?: boolean | undefined }, create: boolean) =>
+      Effect.gen(function*() {
+        if (!computerIdPattern.test(id)) return yield* invalidId(id)
+        if (entries.has(id)) return yield* existing(session, id, request.temporary, request.shared)
+        const found = yield* atProvider(id)
+        // Another call may have opened it while the provider answered.
+        if (entries.has(id)) return yield* existing(session, id, request.temporary, request.shared)
+        if (Option.isSome(found)) {
+          const instance: Instance = found.value
+          if (instance.metadata.temporary) return yield* foreignComputer(id)
+          if (request.temporary === true) {
+            return yield* new InvalidInput({
+              message: `computer '${id}' exists as a permanent computer; ask for it with temporary=false (or omit temporary) or choose another id`
+            })
+          }
+          const entry = yield* open(id, false, session, false, { _tag: "Attach", instance })
+          return yield* attach(entry, session)
+        }
+        if (!create) return yield* new ComputerNotFound({ id })
+        if (request.temporary === false && !backend.capabilities.persistence) {
+          return yield* new Unsupported({ backend: backend.name, feature: "permanent computers (temporary: false)" })
+        }
+        const entry = yield* openNew(id, request.temporary ?? true, session, request.shared ?? false)
+        return yield* attach(entry, session)
+      })
 
     const freshId = Effect.gen(function*() {
       let id = yield* generateComputerId
@@ -104,180 +193,95 @@ export const layer = Layer.scoped(
       return id
     })
 
-    const byId = (session: string, id: string, temporary: boolean | undefined, shared?: boolean | undefined) =>
-      Effect.gen(function*() {
-        if (!computerIdPattern.test(id)) return yield* invalidId(id)
-        const existing = entries.get(id)
-        if (existing) {
-          yield* checkAccess(existing, session)
-          yield* checkTemporary(existing, temporary)
-          if (shared) existing.shared = true
-          return yield* attach(existing, session)
-        }
-        const known = (yield* backend.list).find((computer) => computer.id === id)
-        // Another call may have opened it while the provider answered.
-        const raced = entries.get(id)
-        if (raced) {
-          yield* checkAccess(raced, session)
-          yield* checkTemporary(raced, temporary)
-          return yield* attach(raced, session)
-        }
-        if (known && known.temporary) {
-          // Ours by label but not open here: another server instance's temporary computer.
-          return yield* new InvalidInput({
-            message: `computer '${id}' is a temporary computer of another kilntainers server; choose another id`
-          })
-        }
-        const entry = yield* open(id, temporary ?? true, session, shared ?? false)
-        return yield* Deferred.await(entry.ready)
-      })
-
     const resolve = (session: string, request: ComputerRequest) =>
       Effect.gen(function*() {
         const requested = request.computer_id
-        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary, request.shared)
+        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request, true)
         let id = sessionDefaults.get(session)
         if (id === undefined) {
           id = yield* freshId
           sessionDefaults.set(session, id)
         }
-        return yield* byId(session, id, request.temporary)
+        return yield* byId(session, id, { temporary: request.temporary }, true)
       })
 
     const create = (session: string, request: ComputerRequest) =>
       Effect.gen(function*() {
         const requested = request.computer_id
-        if (requested !== undefined && requested !== "") return yield* byId(session, requested, request.temporary, request.shared)
-        return yield* byId(session, yield* freshId, request.temporary, request.shared)
+        return yield* byId(session, requested !== undefined && requested !== "" ? requested : yield* freshId, request, true)
       })
 
-    /** An attached computer, or one the provider still has (a permanent computer from an earlier run). */
-    const get = (session: string, id: string) =>
-      Effect.gen(function*() {
-        if (!computerIdPattern.test(id)) return yield* invalidId(id)
-        const existing = entries.get(id)
-        if (existing) {
-          yield* checkAccess(existing, session)
-          return yield* attach(existing, session)
-        }
-        const known = (yield* backend.list).find((computer) => computer.id === id)
-        const raced = entries.get(id)
-        if (raced) {
-          yield* checkAccess(raced, session)
-          return yield* attach(raced, session)
-        }
-        if (!known) return yield* new ComputerNotFound({ id })
-        if (known.temporary) {
-          return yield* new InvalidInput({ message: `computer '${id}' is a temporary computer of another kilntainers server` })
-        }
-        const entry = yield* open(id, known.temporary, session)
-        return yield* Deferred.await(entry.ready)
-      })
+    const get = (session: string, id: string) => byId(session, id, {}, false)
 
     const restart = (session: string, id: string) =>
       Effect.gen(function*() {
-        const computer = yield* get(session, id)
-        if ((yield* computer.state) === "lost") {
-          const entry = entries.get(id)!
-          yield* close(entry)
-          const fresh = yield* open(id, entry.temporary, session)
-          return yield* Deferred.await(fresh.ready)
-        }
-        yield* computer.restart
-        return computer
+        const actor = yield* get(session, id)
+        yield* actor.restart
+        return actor
       })
 
     const factoryReset = (session: string, id: string) =>
       Effect.gen(function*() {
-        const computer = yield* get(session, id)
-        yield* computer.factoryReset
-        return computer
+        const actor = yield* get(session, id)
+        yield* actor.factoryReset
+        return actor
       })
 
     const remove = (session: string, id: string) =>
       Effect.gen(function*() {
-        const computer = yield* get(session, id)
-        yield* computer.destroy
+        const actor = yield* get(session, id)
+        yield* actor.destroy
         const entry = entries.get(id)
-        if (entry) yield* close(entry)
+        if (entry?.actor === actor) yield* close(entry)
         for (const [owner, defaultId] of sessionDefaults) if (defaultId === id) sessionDefaults.delete(owner)
       })
 
-    const iso = (millis: number) => new Date(millis).toISOString()
-
-    const info = (entry: Entry): Effect.Effect<ComputerInfo | undefined> =>
-      Effect.gen(function*() {
-        const polled = yield* Deferred.poll(entry.ready)
-        if (polled._tag === "None") {
-          return {
-            computer_id: entry.id,
-            sandbox_id: "",
-            backend: backend.name,
-            state: "creating",
-            temporary: entry.temporary,
-            image: "",
-            created_at: iso(yield* Clock.currentTimeMillis),
-            processes: 0
-          }
-        }
-        const computer = yield* Effect.option(polled.value)
-        if (computer._tag === "None") return undefined
-        const c = computer.value
-        return {
-          computer_id: c.id,
-          sandbox_id: c.providerId,
-          backend: c.backendName,
-          state: yield* c.state,
-          temporary: c.temporary,
-          image: c.image,
-          created_at: iso(c.createdAt),
-          processes: yield* c.liveProcesses
-        }
-      })
-
-    const fromProvider = (computer: ProviderComputer): ComputerInfo => ({
-      computer_id: computer.id,
-      sandbox_id: computer.providerId,
+    const fromProvider = (instance: Instance): ComputerInfo => ({
+      computer_id: instance.metadata.id,
+      sandbox_id: instance.providerId,
       backend: backend.name,
-      state: computer.state,
-      temporary: computer.temporary,
-      image: computer.image,
-      created_at: computer.createdAt,
-      processes: 0
+      state: instance.state,
+      temporary: instance.metadata.temporary,
+      image: instance.metadata.image,
+      created_at: instance.metadata.created,
+      processes: 0,
+      ...(instance.endsAt === undefined ? {} : { ends_at: iso(instance.endsAt) })
     })
 
-    const list = (session: string) => Effect.gen(function*() {
-      const visible = [...entries.values()].filter((entry) => accessible(entry, session))
-      const attached = (yield* Effect.forEach(visible, info)).filter((i): i is ComputerInfo => i !== undefined)
-      const seen = new Set(entries.keys())
-      const all = yield* backend.list
-      // The provider's creation time is the computer's, not this server's attach time.
-      const created = new Map(all.map((c) => [c.id, c.createdAt]))
-      // Temporary computers not open here belong to other server instances: not ours to show.
-      const kept = all.filter((c) => !c.temporary && !seen.has(c.id))
-      return [
-        ...attached.map((c) => ({ ...c, created_at: created.get(c.computer_id) ?? c.created_at })),
-        ...kept.map(fromProvider)
-      ]
-    })
+    const list = (session: string): Effect.Effect<ReadonlyArray<ComputerInfo>, ProviderError> =>
+      Effect.gen(function*() {
+        const visible = [...entries.values()].filter((entry) => entry.actor.visibleTo(session))
+        const attached = yield* Effect.forEach(visible, (entry) => entry.actor.info)
+        // Permanent computers the provider keeps that are not attached here (temporary ones that are
+        // not ours belong to other server instances: not ours to show).
+        const kept = (yield* backend.find({ temporary: false })).filter((instance) =>
+          !entries.has(instance.metadata.id) && instance.state !== "gone"
+        )
+        return [...attached, ...kept.map(fromProvider)]
+      })
 
     const release = (session: string) =>
       Effect.gen(function*() {
         sessionDefaults.delete(session)
         const orphaned: Array<Entry> = []
         for (const entry of entries.values()) {
-          entry.owners.delete(session)
-          if (entry.temporary && entry.owners.size === 0) orphaned.push(entry)
+          const held = yield* entry.actor.release(session)
+          if (entry.actor.temporary && !held) orphaned.push(entry)
         }
         yield* Effect.forEach(orphaned, close, { concurrency: "unbounded", discard: true })
       })
 
-    const canAccess = (session: string, computerId: string) =>
-      Effect.sync(() => {
-        const entry = entries.get(computerId)
-        return entry === undefined ? false : accessible(entry, session)
-      })
-
-    return Computers.of({ resolve, create, get, restart, factoryReset, delete: remove, list, release, canAccess })
+    return Computers.of({
+      resolve,
+      create,
+      get,
+      restart,
+      factoryReset,
+      delete: remove,
+      list,
+      release,
+      pool: pool === undefined ? Effect.succeed(undefined) : pool.status
+    })
   })
 )
+

@@ -1,8 +1,9 @@
-import { Effect, Layer } from "effect"
-import type { ComputerActor } from "../actors/ComputerActor.js"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { processEnvironment } from "../domain/Environment.js"
-import { BackendError, InvalidInput } from "../domain/Errors.js"
-import { Computers } from "../services/Computers.js"
+import { FileNotFound, InvalidInput, providerError, Unsupported } from "../domain/Errors.js"
+import { Backend } from "../services/Backend.js"
+import { type ComputerHandle, Computers } from "../services/Computers.js"
 import { type FileReadInput, Files, type FileWriteInput } from "../services/Files.js"
 import { Settings } from "../services/Settings.js"
 
@@ -32,7 +33,7 @@ export const layer = Layer.effect(
     const computers = yield* Computers
     const settings = yield* Settings
 
-    const spec = (computer: ComputerActor, argv: ReadonlyArray<string>) => ({
+    const spec = (computer: ComputerHandle, argv: ReadonlyArray<string>) => ({
       argv,
       cwd: computer.home,
       env: processEnvironment({ home: computer.home, shell: settings.shell, tty: false, server: settings.env, call: undefined })
@@ -43,10 +44,18 @@ export const layer = Layer.effect(
         ? new InvalidInput({ message: "path must be a non-empty path without NUL bytes" })
         : Effect.void
 
-    const failure = (computer: ComputerActor, what: string, stderr: string, exitCode: number | null) =>
-      exitCode === 2 && stderr.trim() !== ""
-        ? new InvalidInput({ message: stderr.trim() })
-        : new BackendError({ backend: computer.backendName, reason: `${what} failed (exit ${exitCode}): ${stderr.trim()}` })
+    const failure = (computer: ComputerHandle, what: string, path: string, stderr: string, exitCode: number | null) => {
+      const said = stderr.trim()
+      const notFound = /^(no such file|not a regular file|is a directory): /.exec(said)
+      if (exitCode === 2 && notFound) return new FileNotFound({ path, why: notFound[1]! })
+      if (exitCode === 2 && said !== "") return new InvalidInput({ message: said })
+      return providerError(computer.backendName, what, "Failed", `exit ${exitCode}${said === "" ? "" : `: ${said}`}`)
+    }
+
+    const backend = yield* Backend
+    const filesSupported = backend.capabilities.files
+      ? Effect.void
+      : Effect.fail(new Unsupported({ backend: backend.name, feature: "file_read and file_write (use sandbox_exec with cat)" }))
 
     const read = (session: string, input: FileReadInput) =>
       Effect.gen(function*() {
@@ -55,9 +64,10 @@ export const layer = Layer.effect(
         if (!(Number.isInteger(limit) && limit >= 0 && limit <= maxFileBytes)) {
           return yield* new InvalidInput({ message: `maxBytes must be an integer between 0 and ${maxFileBytes}` })
         }
+        yield* filesSupported
         const computer = yield* computers.resolve(session, input)
         const result = yield* computer.run(spec(computer, ["sh", "-c", readScript, "sh", input.path, String(limit)]), undefined, limit + 32)
-        if (result.exit.exitCode !== 0) return yield* failure(computer, "reading the file", result.stderr, result.exit.exitCode)
+        if (result.exit.exitCode !== 0) return yield* failure(computer, "read the file", input.path, result.stderr, result.exit.exitCode)
         const newline = result.stdout.indexOf(10)
         const size = Number(new TextDecoder().decode(result.stdout.subarray(0, newline)).trim())
         const bytes = result.stdout.subarray(newline + 1)
@@ -82,17 +92,19 @@ export const layer = Layer.effect(
         if (input.mode !== undefined && !/^[0-7]{3,4}$/.test(input.mode)) {
           return yield* new InvalidInput({ message: "mode must be octal permissions such as 644 or 0755" })
         }
-        if (input.encoding === "base64" && !/^[A-Za-z0-9+/\s]*={0,2}\s*$/.test(input.content)) {
+        // White space removed first: classes that overlap across a star and a tail backtrack quadratically.
+        if (input.encoding === "base64" && !/^[A-Za-z0-9+/]*={0,2}$/.test(input.content.replace(/\s+/g, ""))) {
           return yield* new InvalidInput({ message: "content is not valid base64" })
         }
         const data = input.encoding === "base64" ? Buffer.from(input.content, "base64") : Buffer.from(input.content, "utf8")
         if (data.length > maxFileBytes) {
           return yield* new InvalidInput({ message: `content is ${data.length} bytes; the limit is ${maxFileBytes}` })
         }
+        yield* filesSupported
         const computer = yield* computers.resolve(session, input)
         const argv = ["sh", "-c", writeScript, "sh", input.path, input.append ? "append" : "replace", input.mode ?? ""]
         const result = yield* computer.run(spec(computer, argv), data, 0)
-        if (result.exit.exitCode !== 0) return yield* failure(computer, "writing the file", result.stderr, result.exit.exitCode)
+        if (result.exit.exitCode !== 0) return yield* failure(computer, "write the file", input.path, result.stderr, result.exit.exitCode)
         return { computer_id: computer.id, path: input.path, bytes: data.length }
       })
 

@@ -1,36 +1,42 @@
-import { Effect, Layer, Logger, Runtime } from "effect"
-import { BackendError } from "../domain/Errors.js"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as Runtime from "effect/Runtime"
+import { type ProviderError, providerError } from "../domain/Errors.js"
 import type { Backend } from "../services/Backend.js"
 import type { SettingsShape } from "../services/Settings.js"
+import { serverInfo } from "./mcp/McpServer.js"
 import * as KilntainersRuntime from "./Runtime.js"
+import * as Tracing from "./tracing/Tracing.js"
 
 // Each backend (and its SDK) is loaded only when chosen: a stdio server starts in a fraction of the
 // time and memory it would take with every cloud SDK loaded.
 const load = <M>(name: string, module: () => Promise<M>) =>
   Effect.tryPromise({
     try: module,
-    catch: (error) => new BackendError({ backend: name, reason: `cannot load the backend: ${String(error)}` })
+    catch: (error) => providerError(name, "load the backend", "Unavailable", String(error), error)
   })
 
 const backendFrom = <M, E, R>(
   name: string,
   module: () => Promise<M>,
   make: (module: M) => Layer.Layer<Backend, E, R>
-): Layer.Layer<Backend, E | BackendError, R> => Layer.unwrapEffect(Effect.map(load(name, module), make))
+): Layer.Layer<Backend, E | ProviderError, R> => Layer.unwrapEffect(Effect.map(load(name, module), make))
 
-const missing = (backend: string, what: string) => Layer.fail(new BackendError({ backend, reason: `${what} is required` }))
+const missing = (backend: string, what: string) => Layer.fail(providerError(backend, "start", "Denied", `${what} is required`))
 
 const hostLayer = (settings: SettingsShape) =>
-  backendFrom("host", () => import("./backends/HostBackend.js"), (HostBackend) =>
+  backendFrom("host", () => import("./backends/host/HostBackend.js"), (HostBackend) =>
     HostBackend.layer({
       stateDir: settings.stateDir,
       network: settings.network,
       sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
-      bwrap: settings.bwrapPath
+      bwrap: settings.bwrapPath,
+      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu }
     }))
 
-const dockerLayer = (settings: SettingsShape, instanceId: string, log: (line: string) => void) =>
-  backendFrom("docker", () => import("./backends/DockerBackend.js"), (DockerBackend) =>
+const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
+  backendFrom("docker", () => import("./backends/docker/DockerBackend.js"), (DockerBackend) =>
     DockerBackend.layer({
       engine: settings.engine,
       dockerHost: settings.dockerHost,
@@ -40,17 +46,16 @@ const dockerLayer = (settings: SettingsShape, instanceId: string, log: (line: st
       pidsLimit: settings.pidsLimit,
       network: settings.network,
       runFlags: settings.dockerRunFlags,
-      instanceId,
       onPullProgress: log
     }))
 
-const flyLayer = (settings: SettingsShape, instanceId: string) => {
+const flyLayer = (settings: SettingsShape) => {
   const fly = settings.fly
   const app = fly.app
   const token = fly.token
   if (app === undefined) return missing("fly", "--fly-app (or FLY_APP_NAME)")
   if (token === undefined) return missing("fly", "a token in FLY_API_TOKEN or FLY_TOKEN (or --fly-token)")
-  return backendFrom("fly", () => import("./backends/FlyBackend.js"), (FlyBackend) =>
+  return backendFrom("fly", () => import("./backends/fly/FlyBackend.js"), (FlyBackend) =>
     FlyBackend.layer({
       app,
       token,
@@ -61,32 +66,32 @@ const flyLayer = (settings: SettingsShape, instanceId: string) => {
       memoryMb: fly.memoryMb,
       rootfsSizeGb: fly.rootfsSizeGb,
       apiUrl: fly.apiUrl,
-      network: settings.network,
-      instanceId
+      rateLimit: fly.rateLimit,
+      network: settings.network
     }))
 }
 
-const e2bLayer = (settings: SettingsShape, instanceId: string) => {
+const e2bLayer = (settings: SettingsShape) => {
   const e2b = settings.e2b
   const apiKey = e2b.apiKey
   if (apiKey === undefined) return missing("e2b", "an API key in E2B_API_KEY (or --e2b-api-key)")
-  return backendFrom("e2b", () => import("./backends/E2BBackend.js"), (E2BBackend) =>
+  return backendFrom("e2b", () => import("./backends/e2b/E2BBackend.js"), (E2BBackend) =>
     E2BBackend.layer({
       apiKey,
       template: e2b.template,
       sandboxTimeoutSec: e2b.sandboxTimeoutSec,
+      maxRuntimeSec: e2b.maxRuntimeSec,
       metadata: e2b.metadata,
       envs: e2b.envs,
       apiUrl: e2b.apiUrl,
       sandboxUrl: e2b.sandboxUrl,
       domain: e2b.domain,
-      home: e2b.home,
-      instanceId
+      home: e2b.home
     }))
 }
 
-const modalLayer = (settings: SettingsShape, instanceId: string) =>
-  backendFrom("modal", () => import("./backends/ModalBackend.js"), (ModalBackend) =>
+const modalLayer = (settings: SettingsShape) =>
+  backendFrom("modal", () => import("./backends/modal/ModalBackend.js"), (ModalBackend) =>
     ModalBackend.layer({
       tokenId: settings.modal.tokenId,
       tokenSecret: settings.modal.tokenSecret,
@@ -97,17 +102,17 @@ const modalLayer = (settings: SettingsShape, instanceId: string) =>
       gpu: settings.modal.gpu,
       region: settings.modal.region,
       sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
-      network: settings.network,
-      instanceId
+      network: settings.network
     }))
 
 const wasmLayer = (settings: SettingsShape, mode: "module" | "toolset") =>
-  backendFrom("wasm", () => import("./backends/WasmBackend.js"), (WasmBackend) =>
+  backendFrom("wasm", () => import("./backends/wasm/WasmBackend.js"), (WasmBackend) =>
     WasmBackend.layer({
       mode,
       modulePath: settings.wasmPath,
       maxMemoryMb: settings.wasmMaxMemoryMb,
       timeoutMs: settings.wasmTimeoutMs,
+      maxDiskBytes: settings.wasmMaxDiskBytes,
       stateDir: settings.stateDir
     }))
 
@@ -115,11 +120,11 @@ const wasmLayer = (settings: SettingsShape, mode: "module" | "toolset") =>
  * The backend the settings ask for. `auto` picks docker when an engine answers, else host, and
  * says which on stderr.
  */
-export const backendLayer = (settings: SettingsShape, instanceId: string) =>
+export const backendLayer = (settings: SettingsShape) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     let backend = settings.backend
     if (backend === "auto") {
-      const { ping } = yield* load("docker", () => import("./backends/DockerBackend.js"))
+      const { ping } = yield* load("docker", () => import("./backends/docker/DockerBackend.js"))
       const reachable = yield* ping({ engine: settings.engine, dockerHost: settings.dockerHost })
       backend = reachable ? "docker" : "host"
       yield* Effect.logInfo(
@@ -132,13 +137,13 @@ export const backendLayer = (settings: SettingsShape, instanceId: string) =>
     const log = Runtime.runSync(yield* Effect.runtime<never>())
     switch (backend) {
       case "docker":
-        return dockerLayer(settings, instanceId, (line) => log(Effect.logInfo(line)))
+        return dockerLayer(settings, (line) => log(Effect.logInfo(line)))
       case "fly":
-        return flyLayer(settings, instanceId)
+        return flyLayer(settings)
       case "e2b":
-        return e2bLayer(settings, instanceId)
+        return e2bLayer(settings)
       case "modal":
-        return modalLayer(settings, instanceId)
+        return modalLayer(settings)
       case "wasm":
         return wasmLayer(settings, "module")
       case "toolset":
@@ -148,9 +153,20 @@ export const backendLayer = (settings: SettingsShape, instanceId: string) =>
     }
   }))
 
-/** Everything a server needs: the runtime over the configured backend. */
+/** The runtime over the configured backend. */
+export const runtimeLayer = (settings: SettingsShape, instanceId: string) =>
+  KilntainersRuntime.layer(settings, backendLayer(settings), instanceId)
+
+/**
+ * Traces, when an OTLP endpoint is set (nothing is loaded otherwise). Provided around the whole
+ * server: it is built first and released last, so the spans of shutdown are sent too.
+ */
+export const tracingLayer = (settings: SettingsShape, instanceId: string) =>
+  Tracing.layer({ ...settings.otel, serviceVersion: serverInfo.version, instanceId })
+
+/** Everything a server needs: the runtime over the configured backend, traced when asked. */
 export const layer = (settings: SettingsShape, instanceId: string) =>
-  KilntainersRuntime.layer(settings, backendLayer(settings, instanceId))
+  runtimeLayer(settings, instanceId).pipe(Layer.provideMerge(tracingLayer(settings, instanceId)))
 
 /** Logs go to stderr only: in stdio mode stdout carries the MCP protocol and nothing else. */
 export const stderrLogger = Logger.replace(Logger.defaultLogger, Logger.prettyLogger({ stderr: true, colors: false }))

@@ -1,81 +1,101 @@
-import { Clock, Duration, Effect, Either, Layer, Option, Queue, Schedule } from "effect"
-import type { ComputerActor } from "../actors/ComputerActor.js"
-import { truncateMiddle } from "../actors/OutputLog.js"
-import type { ProcessActor } from "../actors/ProcessActor.js"
+/**
+ * The Processes service: every process of every computer, by handle (`p1`, `p2`, … never reused).
+ * A process belongs to one computer incarnation: a deleted computer's processes leave every listing,
+ * and a session reaches only the processes of computers it may use. Results follow one design for
+ * agents (see README "Tool results"): compact, nothing empty, output within one inline budget.
+ */
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
 import { parseStdinEscapes } from "../actors/StdinEscapes.js"
-import { processEnvironment } from "../domain/Environment.js"
-import { InvalidInput, ProcessExited, ProcessNotFound } from "../domain/Errors.js"
-import type { ProcessInfo, ReadOptions } from "../domain/Process.js"
-import { normalizeSignal, signalNumber } from "../domain/Signals.js"
-import type { ExitInfo } from "../services/Backend.js"
-import { Computers } from "../services/Computers.js"
+import { computerIdProblem } from "../domain/ComputerIds.js"
+import * as Pattern from "../domain/Pattern.js"
+import { firstNulProblem } from "../domain/CString.js"
+import { envProblem, processEnvironment } from "../domain/Environment.js"
+import { InvalidInput, ProcessExited, ProcessNotFound, Unsupported } from "../domain/Errors.js"
+import type { ProcessInfo } from "../domain/Process.js"
+import { normalizeSignal } from "../domain/Signals.js"
+import { Backend } from "../services/Backend.js"
+import { type ComputerHandle, Computers } from "../services/Computers.js"
 import {
   type ExecInput,
-  type ExecResult,
+  type KillInput,
+  type ListFilter,
+  type ProcessHandle,
+  type ProcessRef,
   Processes,
   type ProgressReporter,
+  type ReadInput,
   type SpawnInput,
+  type StdinInput,
   type WaitInput
 } from "../services/Processes.js"
 import { Settings } from "../services/Settings.js"
+import * as Exec from "./processes/Exec.js"
+import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
+import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
 
-/** The most stdin one sandbox_exec call takes. */
-export const maxExecStdinBytes = 8 * 1024 * 1024
-/** Default inline bytes per stream in spawn/stdout results. */
-export const defaultInlineBytes = 16 * 1024
+/** A process and the computer (incarnation) it belongs to. */
+interface Entry {
+  readonly process: ProcessHandle
+  readonly computer: ComputerHandle
+}
 
-const encoder = new TextEncoder()
- 
-const ansi = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g
-const decoder = () => new TextDecoder("utf-8", { fatal: false })
+export { maxExecStdinBytes } from "./processes/Exec.js"
 
-const exitCodeOf = (exit: ExitInfo): number =>
-  exit.exitCode ?? (exit.signal !== null ? 128 + (signalNumber(exit.signal) ?? 9) : 1)
-
-const withProgress = <A, E>(
-  work: Effect.Effect<A, E>,
-  progress: ProgressReporter | undefined,
-  message: (elapsedMs: number) => string
-): Effect.Effect<A, E> =>
-  progress === undefined
-    ? work
-    : Effect.gen(function*() {
-      const start = yield* Clock.currentTimeMillis
-      let tick = 0
-      const ticker = Clock.currentTimeMillis.pipe(
-        Effect.flatMap((now) => progress({ progress: ++tick, message: message(now - start) })),
-        Effect.repeat(Schedule.spaced(Duration.seconds(1))),
-        Effect.delay(Duration.seconds(1))
-      )
-      return yield* Effect.raceFirst(work, Effect.zipRight(ticker, Effect.never))
-    })
-
-export const layer = Layer.effect(
+export const layer = Layer.scoped(
   Processes,
   Effect.gen(function*() {
     const settings = yield* Settings
     const computers = yield* Computers
-    const registry = new Map<string, ProcessActor>()
+    const backend = yield* Backend
+    const layerScope = yield* Effect.scope
+    const registry = new Map<string, Entry>()
     const finished: Array<string> = []
+    /** Incarnations whose end is watched: a deleted computer's processes leave every listing. */
+    const watched = new Set<number>()
     let counter = 0
 
-    const onExit = (actor: ProcessActor) =>
+    const onExit = (process: ProcessHandle) =>
       Effect.sync(() => {
-        finished.push(actor.id)
+        finished.push(process.id)
         while (finished.length > settings.maxFinished) registry.delete(finished.shift()!)
       })
 
-    const get = (id: string) =>
-      Effect.suspend(() => {
-        const actor = registry.get(id)
-        return actor ? Effect.succeed(actor) : new ProcessNotFound({ id })
+    /** Drops every process of a computer that is gone from this server (deleted, released, shut down). */
+    const forget = (computer: ComputerHandle) =>
+      Effect.sync(() => {
+        watched.delete(computer.incarnation)
+        for (const [id, entry] of registry) if (entry.computer.incarnation === computer.incarnation) registry.delete(id)
       })
 
-    const resolveCwd = (computer: ComputerActor, cwd: string | undefined) =>
+    const watch = (computer: ComputerHandle) =>
+      watched.has(computer.incarnation)
+        ? Effect.void
+        : Effect.sync(() => watched.add(computer.incarnation)).pipe(
+          Effect.zipRight(Effect.forkIn(Effect.zipRight(computer.closed, forget(computer)), layerScope))
+        )
+
+    /** A process this session may reach; another session's private computer's processes do not exist for it. */
+    const get = (session: string, ref: ProcessRef): Effect.Effect<ProcessHandle, ProcessNotFound | InvalidInput> =>
+      Effect.suspend((): Effect.Effect<ProcessHandle, ProcessNotFound | InvalidInput> => {
+        const badId = ref.computer_id === undefined ? undefined : computerIdProblem(ref.computer_id)
+        if (badId !== undefined) return Effect.fail(new InvalidInput({ message: badId }))
+        const entry = registry.get(ref.id)
+        if (entry === undefined || !entry.computer.visibleTo(session)) return Effect.fail(new ProcessNotFound({ id: ref.id }))
+        if (ref.computer_id !== undefined && ref.computer_id !== entry.computer.id) {
+          return Effect.fail(new InvalidInput({ message: `process '${ref.id}' runs on computer '${entry.computer.id}', not '${ref.computer_id}'` }))
+        }
+        return Effect.succeed(entry.process)
+      })
+
+    const resolveCwd = (computer: ComputerHandle, cwd: string | undefined) =>
       cwd === undefined || cwd === "" ? computer.home : cwd.startsWith("/") ? cwd : `${computer.home}/${cwd}`
 
     const start = (
-      computer: ComputerActor,
+      computer: ComputerHandle,
       request: {
         readonly command: string
         readonly argv: ReadonlyArray<string>
@@ -87,7 +107,7 @@ export const layer = Layer.effect(
     ) =>
       Effect.gen(function*() {
         const id = `p${++counter}`
-        const actor = yield* computer.spawn({
+        const process = yield* computer.spawn({
           id,
           command: request.command,
           spec: {
@@ -107,257 +127,247 @@ export const layer = Layer.effect(
           mailboxCapacity: settings.mailboxCapacity,
           onExit
         })
-        registry.set(id, actor)
-        return actor
+        registry.set(id, { process, computer })
+        yield* watch(computer)
+        return process
       })
-
-    const snapshot = (actor: ProcessActor, options: ReadOptions) =>
-      Effect.all([actor.info, actor.read(options)]).pipe(
-        Effect.map(([info, view]) => ({
-          id: info.id,
-          status: info.status,
-          exitCode: info.exitCode,
-          signal: info.signal,
-          ...view
-        }))
-      )
 
     const validateSize = (name: string, value: number | undefined) =>
       value === undefined || (Number.isInteger(value) && value >= 2 && value <= 1000)
         ? Effect.void
         : new InvalidInput({ message: `${name} must be an integer between 2 and 1000` })
 
+    const validateBudget = (maxBytes: number | undefined) =>
+      maxBytes === undefined || (Number.isInteger(maxBytes) && maxBytes >= 1)
+        ? Effect.void
+        : new InvalidInput({ message: "maxBytes must be an integer >= 1" })
+
+    const validateTimeout = (name: string, value: number | undefined) =>
+      value === undefined || value >= 0 ? Effect.void : new InvalidInput({ message: `${name} must be a number >= 0` })
+
+    const matcherOf = (pattern: string | undefined): Effect.Effect<Pattern.Pattern | undefined, InvalidInput> => {
+      if (pattern === undefined || pattern === "") return Effect.succeed(undefined)
+      const compiled = Pattern.compile(pattern)
+      return Either.isLeft(compiled) ? Effect.fail(new InvalidInput({ message: compiled.left })) : Effect.succeed(compiled.right)
+    }
+
+    const budgetOf = (maxBytes: number | undefined) => maxBytes ?? settings.inlineBytes
+
     const spawn = (session: string, input: SpawnInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         if (input.command.trim() === "") return yield* new InvalidInput({ message: "command must not be empty" })
-        if (input.timeoutMs !== undefined && !(input.timeoutMs >= 0)) {
-          return yield* new InvalidInput({ message: "timeoutMs must be a number >= 0" })
-        }
+        const problem = firstNulProblem([["command", input.command], ["cwd", input.cwd]]) ?? envProblem(input.env)
+        if (problem !== undefined) return yield* new InvalidInput({ message: problem })
+        yield* validateTimeout("timeoutMs", input.timeoutMs)
         yield* validateSize("cols", input.cols)
         yield* validateSize("rows", input.rows)
+        yield* validateBudget(input.maxBytes)
+        const matcher = yield* matcherOf(input.pattern)
+        if (input.tty && !backend.capabilities.pty) {
+          return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
+        }
         const began = yield* Clock.currentTimeMillis
         const computer = yield* computers.resolve(session, input)
-        const actor = yield* start(computer, {
+        const process = yield* start(computer, {
           command: input.command,
           argv: [settings.shell, "-c", input.command],
           cwd: input.cwd,
           env: input.env,
           tty: input.tty ? { cols: input.cols ?? settings.cols, rows: input.rows ?? settings.rows } : undefined
         })
+        let match: string | undefined
+        let note: string | undefined
         if (!input.background) {
-          const wait = Math.min(input.timeoutMs ?? settings.spawnTimeoutMs, settings.maxTimeoutMs)
-          // Races the wait for the exit, never the process: on timeout the process keeps running.
+          const budget = callBudget(settings, input.timeoutMs ?? settings.spawnTimeoutMs, progress)
+          note = budget.note
+          const ready = matcher === undefined
+            ? Effect.never
+            : Effect.map(matchOutput(process, matcher, { stdout: 0, stderr: 0 }), (found) => {
+              match = found
+            })
+          // Races the wait, never the process: on timeout the process keeps running.
           yield* withProgress(
-            actor.exited.pipe(Effect.timeoutOption(Duration.millis(wait))),
+            Effect.raceFirst(Effect.asVoid(process.exited), ready).pipe(Effect.timeoutOption(Duration.millis(budget.ms))),
             progress,
-            (ms) => `process ${actor.id} running for ${Math.round(ms / 1000)} s`
+            (ms) => `process ${process.id} running for ${Math.round(ms / 1000)} s`
           )
         }
-        const view = yield* snapshot(actor, { maxBytes: input.maxBytes ?? defaultInlineBytes })
+        const info = yield* process.info
+        const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: budgetOf(input.maxBytes) })
         const now = yield* Clock.currentTimeMillis
-        return { ...view, computer_id: computer.id, durationMs: now - began }
+        const notes = [
+          note === undefined || info.status !== "running" || match !== undefined ? undefined : note,
+          yield* computer.warning
+        ].filter((n): n is string => n !== undefined)
+        return {
+          ...stateOf(info),
+          ...withoutRunning(output),
+          computer_id: computer.id,
+          durationMs: now - began,
+          ...(match === undefined ? {} : { match }),
+          ...(notes.length === 0 ? {} : { note: notes.join("; ") })
+        }
       })
-
-    const truncateFor = (text: string, budget: number) => truncateMiddle(text, Math.max(budget, 0))
 
     const exec = (session: string, input: ExecInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
-        const command = input.command === "" ? undefined : input.command
-        const args = input.args && input.args.length > 0 ? input.args : undefined
-        if ((command === undefined) === (args === undefined)) {
-          return yield* new InvalidInput({ message: "give exactly one of command (a shell command line) or args (an argv list)" })
-        }
-        const cwd = input.working_directory === "" ? undefined : input.working_directory
-        if (cwd !== undefined && !cwd.startsWith("/")) {
-          return yield* new InvalidInput({ message: "working_directory must be an absolute path (start with /)" })
-        }
-        const timeout = input.timeout ?? settings.timeout
-        if (!(Number.isFinite(timeout) && timeout >= 1)) {
-          return yield* new InvalidInput({ message: "timeout must be a number of seconds >= 1" })
-        }
-        const stdin = input.stdin === undefined || input.stdin === "" ? undefined : encoder.encode(input.stdin)
-        if (stdin && stdin.length > maxExecStdinBytes) {
-          return yield* new InvalidInput({ message: `stdin is larger than ${maxExecStdinBytes} bytes; write a file instead` })
-        }
+        const checked = yield* Exec.plan(settings, input)
         const began = yield* Clock.currentTimeMillis
         const computer = yield* computers.resolve(session, input)
-        const actor = yield* start(computer, {
-          command: command ?? args!.join(" "),
-          argv: args ?? [settings.shell, "-c", command!],
-          cwd,
+        const process = yield* start(computer, {
+          command: checked.command ?? checked.argv!.join(" "),
+          argv: checked.argv ?? [settings.shell, "-c", checked.command!],
+          cwd: checked.cwd,
           env: input.env,
           tty: undefined,
           retainBytes: Math.ceil(settings.outputLimit / 2)
         })
-        if (stdin) yield* actor.write(stdin).pipe(Effect.catchTag("ProcessExited", () => Effect.void))
-        yield* actor.closeStdin.pipe(Effect.catchTag("ProcessExited", () => Effect.void))
-        const exited = yield* withProgress(
-          actor.exited.pipe(Effect.timeoutOption(Duration.seconds(timeout))),
-          progress,
-          (ms) => `command running for ${Math.round(ms / 1000)} s of ${timeout} s`
-        )
-        let exitCode: number
-        if (Option.isNone(exited)) {
-          yield* actor.signal("SIGKILL", `timed out after ${timeout} s (sandbox_exec)`).pipe(Effect.ignore)
-          yield* actor.exited.pipe(Effect.timeout(Duration.seconds(5)), Effect.ignore)
-          exitCode = 124
-        } else {
-          exitCode = exitCodeOf(exited.value)
-        }
-        const view = yield* actor.read({})
-        const end = yield* Clock.currentTimeMillis
-        const limit = settings.outputLimit
-        const outBytes = view.stdout.total
-        const errBytes = view.stderr.total
-        let stdout = view.stdout.text
-        let stderr = view.stderr.text
-        let truncated = view.stdout.omitted > 0 || view.stderr.omitted > 0
-        if (outBytes + errBytes > limit) {
-          const errBudget = Math.max(Math.floor(limit / 4), limit - outBytes)
-          const outBudget = Math.max(limit - Math.min(errBytes, errBudget), Math.floor(limit / 2))
-          const out = truncateFor(stdout, outBudget)
-          const err = truncateFor(stderr, limit - Math.min(encoder.encode(out.text).length, outBudget))
-          truncated = truncated || out.omitted > 0 || err.omitted > 0
-          stdout = out.text
-          stderr = err.text
-        }
-        if (truncated) {
-          stderr += `${stderr === "" || stderr.endsWith("\n") ? "" : "\n"}[kilntainers: output was ${outBytes} bytes of stdout and ${errBytes} bytes of stderr, over the ${limit}-byte limit; the middle was cut, head and tail kept. Re-run with head, tail or grep to see the rest.]`
-        }
-        if (exitCode === 124 && Option.isNone(exited)) {
-          stderr += `${stderr === "" || stderr.endsWith("\n") ? "" : "\n"}[kilntainers: command timed out after ${timeout}s; its process group was killed; the output above is what it wrote before that]`
-        }
-        const result: ExecResult = {
+        const result = yield* Exec.run(settings, process, checked, {
           computer_id: computer.id,
           temporary: computer.temporary,
-          stdout,
-          stderr,
-          exit_code: exitCode,
-          exec_duration_ms: end - began,
-          timed_out: Option.isNone(exited),
-          truncated,
-          stdout_bytes: outBytes,
-          stderr_bytes: errBytes
-        }
-        return result
+          began
+        }, progress, layerScope)
+        const warning = yield* computer.warning
+        return warning === undefined ? result : { ...result, note: result.note === undefined ? warning : `${result.note}; ${warning}` }
       })
 
-    const list = (filter?: { readonly computer_id?: string | undefined; readonly status?: string | undefined }) =>
-      Effect.forEach([...registry.values()], (actor) => actor.info).pipe(
-        Effect.map((infos) =>
-          infos.filter((info: ProcessInfo) =>
-            (filter?.computer_id === undefined || info.computer_id === filter.computer_id) &&
-            (filter?.status === undefined || info.status === filter.status)
-          )
-        )
-      )
-
-    const stdin = (id: string, input: string, eof: boolean) =>
+    const list = (session: string, filter: ListFilter = {}) =>
       Effect.gen(function*() {
-        const actor = yield* get(id)
-        const parsed = parseStdinEscapes(input)
+        const computerId = filter.computer_id
+        const badId = computerId === undefined ? undefined : computerIdProblem(computerId)
+        if (badId !== undefined) return yield* new InvalidInput({ message: badId })
+        if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit >= 1)) {
+          return yield* new InvalidInput({ message: "limit must be an integer >= 1" })
+        }
+        const visible = [...registry.values()].filter((entry) =>
+          entry.computer.visibleTo(session) && (computerId === undefined || entry.computer.id === computerId)
+        )
+        const infos = yield* Effect.forEach(visible, (entry) => entry.process.info)
+        const status = filter.status ?? (filter.limit === undefined ? "default" : "all")
+        const running = infos.filter((info) => info.status === "running")
+        // Newest finished first.
+        const done = infos.filter((info) => info.status !== "running").reverse()
+        let shown: Array<ProcessInfo>
+        if (status === "running") shown = running
+        else if (status === "terminated") shown = done
+        else if (status === "all") shown = [...running, ...done]
+        else shown = [...running, ...done.slice(0, settings.psFinished)]
+        const limited = filter.limit === undefined ? shown : shown.slice(0, filter.limit)
+        const candidates = status === "running" ? running.length : status === "terminated" ? done.length : infos.length
+        const hidden = candidates - limited.length
+        return { processes: limited, ...(hidden > 0 ? { hidden } : {}) }
+      })
+
+    const stdin = (session: string, input: StdinInput) =>
+      Effect.gen(function*() {
+        if (!backend.capabilities.stdin) {
+          return yield* new Unsupported({ backend: backend.name, feature: "input to a running process (stdin)" })
+        }
+        const process = yield* get(session, input)
+        const parsed = parseStdinEscapes(input.input)
         if (Either.isLeft(parsed)) return yield* new InvalidInput({ message: parsed.left })
         const bytes = parsed.right
-        if (bytes.length === 0 && !eof) return yield* new InvalidInput({ message: "input is empty and eof is not set: nothing to send" })
-        if (bytes.length > 0) yield* actor.write(bytes)
-        if (eof) yield* actor.closeStdin
-        return { id, bytes: bytes.length, eof }
+        if (bytes.length === 0 && !input.eof) {
+          return yield* new InvalidInput({ message: "input is empty and eof is not set: nothing to send" })
+        }
+        yield* validateTimeout("yieldMs", input.yieldMs)
+        yield* validateBudget(input.maxBytes)
+        const cursors = yield* process.totals
+        const since = yield* Clock.currentTimeMillis
+        if (bytes.length > 0) yield* process.write(bytes)
+        if (input.eof) yield* process.closeStdin
+        yield* settle(process, since, Math.min(input.yieldMs ?? settings.stdinYieldMs, settings.maxCallMs))
+        const info = yield* process.info
+        const output = yield* outputFields(process, {
+          stdoutCursor: cursors.stdout,
+          stderrCursor: cursors.stderr,
+          budget: budgetOf(input.maxBytes)
+        })
+        return { ...stateOf(info), bytes: bytes.length, ...(input.eof ? { eof: true as const } : {}), ...withoutRunning(output) }
       })
 
-    const read = (id: string, options: ReadOptions) =>
+    const read = (session: string, input: ReadInput) =>
       Effect.gen(function*() {
-        const actor = yield* get(id)
-        return yield* snapshot(actor, { ...options, maxBytes: options.maxBytes ?? defaultInlineBytes })
+        const process = yield* get(session, input)
+        yield* validateBudget(input.maxBytes)
+        const info = yield* process.info
+        const output = yield* outputFields(process, {
+          stdoutCursor: input.stdoutCursor,
+          stderrCursor: input.stderrCursor,
+          lines: input.lines ?? 100,
+          budget: budgetOf(input.maxBytes),
+          scrollback: input.scrollback
+        })
+        return { ...stateOf(info), ...withoutRunning(output) }
       })
 
-    const kill = (id: string, signal?: string) =>
+    const kill = (session: string, input: KillInput) =>
       Effect.gen(function*() {
-        const actor = yield* get(id)
-        const name = normalizeSignal(signal ?? "SIGTERM")
+        const process = yield* get(session, input)
+        const name = normalizeSignal(input.signal ?? "SIGTERM")
         if (Either.isLeft(name)) return yield* new InvalidInput({ message: name.left })
-        const status = yield* actor.status
-        if (status !== "running") return yield* new ProcessExited({ id, status })
-        yield* actor.signal(name.right, `killed with ${name.right} (kill tool)`)
+        if (!backend.capabilities.signals && name.right !== "SIGTERM" && name.right !== "SIGKILL") {
+          return yield* new Unsupported({ backend: backend.name, feature: `${name.right} (only ending a process: SIGTERM or SIGKILL)` })
+        }
+        const status = yield* process.status
+        if (status !== "running") return yield* new ProcessExited({ id: input.id, status })
+        yield* process.signal(name.right, `killed with ${name.right} (kill tool)`)
         // Report what happened: most processes end within moments of the signal.
-        yield* actor.exited.pipe(Effect.timeout(Duration.seconds(2)), Effect.ignore)
-        const info = yield* actor.info
-        return { id, signal: name.right, status: info.status, exitCode: info.exitCode, exitSignal: info.signal }
-      })
-
-    const matchPattern = (actor: ProcessActor, regex: RegExp) =>
-      Effect.scoped(Effect.gen(function*() {
-        const live = yield* actor.subscribe
-        // Raw bytes (a TTY's too): the rendered screen trims trailing spaces a prompt may end with.
-        const current = yield* actor.read({ stdoutCursor: 0, stderrCursor: 0, maxBytes: 1024 * 1024 })
-        let window = (current.screen?.text ?? "") + "\n" + current.stdout.text + "\n" + current.stderr.text
-        const first = window.replace(ansi, "").match(regex)
-        if (first) return first[0]
-        const out = decoder()
-        const err = decoder()
-        window = ""
-        while (true) {
-          const event = yield* Queue.take(live)
-          if (event._tag === "Exit") return yield* Effect.never
-          window += event._tag === "Stdout" ? out.decode(event.data, { stream: true }) : err.decode(event.data, { stream: true })
-          if (window.length > 256 * 1024) window = window.slice(-128 * 1024)
-          const found = window.replace(ansi, "").match(regex)
-          if (found) return found[0]
-        }
-      }))
-
-    const quiet = (actor: ProcessActor, quietMs: number): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        while (true) {
-          const last = yield* actor.lastActivity
-          const now = yield* Clock.currentTimeMillis
-          if (now - last >= quietMs) return
-          yield* Effect.sleep(Duration.millis(quietMs - (now - last)))
+        yield* process.exited.pipe(Effect.timeout(Duration.seconds(2)), Effect.ignore)
+        const info = yield* process.info
+        return {
+          ...stateOf(info),
+          sent: name.right,
+          ...(info.descendantsKilled === undefined ? {} : { descendantsKilled: info.descendantsKilled }),
+          message: info.status === "running"
+            ? `Process ${input.id} was sent ${name.right} and is still running (kill with SIGKILL to force it)`
+            : `Process ${input.id} killed successfully`
         }
       })
 
-    const wait = (input: WaitInput, progress?: ProgressReporter) =>
+    const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
-        const actor = yield* get(input.id)
-        let regex: RegExp | undefined
-        if (input.pattern !== undefined && input.pattern !== "") {
-          try {
-            regex = new RegExp(input.pattern, "m")
-          } catch (e) {
-            return yield* new InvalidInput({ message: `pattern is not a valid regular expression: ${(e as Error).message}` })
-          }
-        }
+        const process = yield* get(session, input)
+        const matcher = yield* matcherOf(input.pattern)
         if (input.quietMs !== undefined && !(input.quietMs > 0)) {
           return yield* new InvalidInput({ message: "quietMs must be a number > 0" })
         }
-        if (input.timeoutMs !== undefined && !(input.timeoutMs >= 0)) {
-          return yield* new InvalidInput({ message: "timeoutMs must be a number >= 0" })
-        }
+        yield* validateTimeout("timeoutMs", input.timeoutMs)
+        yield* validateBudget(input.maxBytes)
         const began = yield* Clock.currentTimeMillis
-        const timeout = Math.min(input.timeoutMs ?? 30_000, settings.maxTimeoutMs)
+        const cursors = yield* process.totals
+        const budget = callBudget(settings, input.timeoutMs ?? 30_000, progress)
         type Outcome = { readonly reason: "exited" | "matched" | "quiet" | "timeout"; readonly match?: string }
-        const conditions: Array<Effect.Effect<Outcome>> = [Effect.as(actor.exited, { reason: "exited" as const })]
-        if (regex) conditions.unshift(Effect.map(matchPattern(actor, regex), (match) => ({ reason: "matched" as const, match })))
-        if (input.quietMs !== undefined) conditions.push(Effect.as(quiet(actor, input.quietMs), { reason: "quiet" as const }))
+        const conditions: Array<Effect.Effect<Outcome>> = [Effect.as(process.exited, { reason: "exited" as const })]
+        if (matcher) {
+          conditions.unshift(Effect.map(matchOutput(process, matcher, cursors), (match) => ({ reason: "matched" as const, match })))
+        }
+        if (input.quietMs !== undefined) conditions.push(Effect.as(quiet(process, input.quietMs), { reason: "quiet" as const }))
         const outcome: Outcome = yield* withProgress(
           Effect.raceAll(conditions).pipe(
-            Effect.timeoutTo({ duration: Duration.millis(timeout), onSuccess: (o) => o, onTimeout: () => ({ reason: "timeout" as const }) })
+            Effect.timeoutTo({ duration: Duration.millis(budget.ms), onSuccess: (o) => o, onTimeout: () => ({ reason: "timeout" as const }) })
           ),
           progress,
           (ms) => `waiting on ${input.id} for ${Math.round(ms / 1000)} s`
         )
-        const info = yield* actor.info
+        const info = yield* process.info
+        const output = yield* outputFields(process, {
+          stdoutCursor: cursors.stdout,
+          stderrCursor: cursors.stderr,
+          budget: budgetOf(input.maxBytes)
+        })
         const now = yield* Clock.currentTimeMillis
         return {
-          id: input.id,
-          reason: outcome.reason,
-          status: info.status,
-          exitCode: info.exitCode,
-          signal: info.signal,
+          ...stateOf(info),
+          outcome: outcome.reason,
           ...(outcome.match !== undefined ? { match: outcome.match } : {}),
-          waitedMs: now - began
+          waitedMs: now - began,
+          ...withoutRunning(output),
+          ...(outcome.reason === "timeout" && budget.note !== undefined ? { note: budget.note } : {})
         }
       })
 
-    return Processes.of({ spawn, exec, list, get, stdin, read, kill, wait })
+    return Processes.of({ spawn, exec, list, stdin, read, kill, wait })
   })
 )
+

@@ -1,14 +1,19 @@
-import { Layer } from "effect"
+import * as Layer from "effect/Layer"
 import type { Backend } from "../services/Backend.js"
 import { Settings, type SettingsShape } from "../services/Settings.js"
 import * as ComputerRegistry from "./ComputerRegistry.js"
 import * as FileTransfer from "./FileTransfer.js"
+import * as ProcessOwner from "./ProcessOwner.js"
 import * as ProcessSupervisor from "./ProcessSupervisor.js"
 
-/** The runtime (Processes, Computers and Files) over a backend, with the Settings it was built from. */
-export const layer = <E, R>(settings: SettingsShape, backend: Layer.Layer<Backend, E, R>) =>
+/**
+ * The runtime (Processes, Computers and Files) over a backend, with the Settings it was built from.
+ * `instanceId` names this server on the computers it creates (random when absent).
+ */
+export const layer = <E, R>(settings: SettingsShape, backend: Layer.Layer<Backend, E, R>, instanceId?: string) =>
   Layer.merge(ProcessSupervisor.layer, FileTransfer.layer).pipe(
     Layer.provideMerge(ComputerRegistry.layer),
+    Layer.provideMerge(ProcessOwner.layer(instanceId)),
     Layer.provideMerge(backend),
     Layer.provideMerge(Layer.succeed(Settings, settings))
   )

@@ -1,16 +1,27 @@
-import type { Effect, Scope, Stream } from "effect"
-import { Context } from "effect"
-import type { BackendError, SpawnFailed, Unsupported } from "../domain/Errors.js"
+import type * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import type * as Stream from "effect/Stream"
+import * as Context from "effect/Context"
+import type { ComputerMetadata, LabelStyle } from "../domain/ComputerMetadata.js"
+import type { ProviderError, SpawnFailed, Unsupported } from "../domain/Errors.js"
 
-/** What a backend can do; the runtime reads these and answers honestly when one is missing. */
+/** What a backend can do; the kernel reads these and refuses what is missing with `Unsupported`. */
 export interface Capabilities {
+  /** Real pseudo-terminals (`tty: true`). */
   readonly pty: boolean
+  /** Writing to a running process's stdin, and closing it. */
   readonly stdin: boolean
+  /** Any signal to a process's group (not only ending it). */
   readonly signals: boolean
+  /** Restart keeping the writable state. */
   readonly restart: boolean
+  /** Recreate from the base image. */
   readonly factoryReset: boolean
+  /** Permanent computers that outlive the server. */
   readonly persistence: boolean
+  /** Files read and written inside the computer. */
   readonly files: boolean
+  /** Network off (loopback only) unless asked for. */
   readonly networkControl: boolean
 }
 
@@ -30,6 +41,8 @@ export interface SpawnSpec {
 export interface ExitInfo {
   readonly exitCode: number | null
   readonly signal: string | null
+  /** Other processes of its tree ended with it (a tree teardown), when the backend can tell. */
+  readonly descendantsKilled?: number | undefined
 }
 
 /**
@@ -41,78 +54,100 @@ export type ProcessEvent =
   | { readonly _tag: "Stderr"; readonly data: Uint8Array }
   | { readonly _tag: "Exit"; readonly exit: ExitInfo }
 
-/** A process running in a backend. Its resources belong to the Scope it was spawned in. */
+/** A process running in a computer. Its resources belong to the Scope it was spawned in. */
 export interface BackendProcess {
   /** The process id inside the computer, when the backend knows it. */
   readonly pid: number | null
   /**
    * Every event exactly once; ends when the process and all holders of its output are gone.
-   * Aliasing rule: the bytes of a pulled chunk's events are valid until the next pull — a backend
-   * may reuse that memory — so a consumer copies what it keeps before pulling again.
+   * Made with `ProcessEvents.make` (bounded, with back-pressure). Aliasing rule: the bytes of a
+   * pulled chunk's events are valid until the next pull — a backend may reuse that memory — so a
+   * consumer copies what it keeps before pulling again.
    */
   readonly events: Stream.Stream<ProcessEvent>
-  readonly write: (data: Uint8Array) => Effect.Effect<void, BackendError>
+  readonly write: (data: Uint8Array) => Effect.Effect<void, ProviderError>
   /** Close stdin (pipes) or send EOF (Ctrl-D) on a TTY. */
-  readonly closeStdin: Effect.Effect<void, BackendError>
-  /** Deliver a signal to the process group of the process. */
-  readonly signal: (signal: string) => Effect.Effect<void, BackendError | Unsupported>
-  readonly resize: (cols: number, rows: number) => Effect.Effect<void, BackendError | Unsupported>
+  readonly closeStdin: Effect.Effect<void, ProviderError>
+  /** Deliver a signal to the process group of the process (its whole tree for a kill). */
+  readonly signal: (signal: string) => Effect.Effect<void, ProviderError | Unsupported>
+  readonly resize: (cols: number, rows: number) => Effect.Effect<void, ProviderError | Unsupported>
 }
 
-/**
- * A computer opened by a backend. Closing its Scope ends all of its processes and releases the
- * computer: a temporary one is removed, a permanent one is left for a later `open`.
- */
-export interface BackendComputer {
-  /** The provider's id (container id, machine id, workspace path, …). */
+/** Provider states the kernel distinguishes; anything else is the provider's own word. */
+export type InstanceState = "running" | "stopped" | "paused" | "creating" | "gone" | (string & {})
+
+/** One of our computers as the provider has it. */
+export interface Instance {
+  /** The provider's own id (container id, machine id, sandbox id, workspace name); never a host path. */
   readonly providerId: string
+  readonly metadata: ComputerMetadata
+  readonly state: InstanceState
+  /** When the provider itself will end this computer (a plan's maximum runtime), epoch millis. */
+  readonly endsAt?: number | undefined
+}
+
+/** A running computer as the kernel uses it: where processes start. Scoped provider state. */
+export interface Connection {
   /** The default working directory and HOME of processes. */
   readonly home: string
-  /** The base image the computer was made from, when the backend has one. */
-  readonly image?: string | undefined
-  readonly spawn: (spec: SpawnSpec) => Effect.Effect<BackendProcess, SpawnFailed | BackendError, Scope.Scope>
+  readonly spawn: (spec: SpawnSpec) => Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope>
   /**
-   * Restart, keeping the writable state. The runtime has ended the computer's processes first;
-   * processes spawned before must not be touched afterwards.
-   */
-  readonly restart: Effect.Effect<void, BackendError | Unsupported>
-  /** Recreate from the base image recorded on the computer, erasing its state. */
-  readonly factoryReset: Effect.Effect<void, BackendError | Unsupported>
-  /** Remove the computer for good, temporary or not (closing the Scope afterwards must not fail). */
-  readonly destroy: Effect.Effect<void, BackendError>
-  /**
-   * Completes when the computer goes away other than through this handle (container removed
-   * from outside, agent killed), with a sentence saying what happened. Never fails.
+   * Completes when the computer goes away other than through the kernel (container removed from
+   * outside, agent killed, machine stopped), with a sentence saying what happened. Never fails.
    */
   readonly lost: Effect.Effect<string>
 }
 
-export interface ComputerSpec {
-  readonly id: string
-  readonly temporary: boolean
+/** Lease renewal or keep-alive that the kernel schedules (with `Clock`) while it holds a computer. */
+export interface Renewal {
+  /** How often to renew. */
+  readonly everyMs: number
+  /** The lease's length from a renewal (written into `metadata.expires` at create). */
+  readonly leaseMs: number
+  /** Extends the computer's life at the provider until `until` (epoch millis). */
+  readonly renew: (instance: Instance, until: number) => Effect.Effect<Instance, ProviderError>
 }
 
-/** A computer the provider knows about, found by its labels/metadata. */
-export interface ProviderComputer {
-  readonly id: string
-  readonly temporary: boolean
-  readonly providerId: string
-  readonly image: string
-  /** ISO time. */
-  readonly createdAt: string
-  /** The provider's state (running, exited, stopped, …). */
-  readonly state: string
+/** Which of our computers to find. */
+export interface Query {
+  readonly id?: string | undefined
+  readonly temporary?: boolean | undefined
 }
 
-/** A place where computers run: host sandbox, Docker, a cloud, WASM. */
+/**
+ * A place where computers run: the host sandbox, a container engine, a cloud, WASM. A stateless
+ * provider: small effects over the provider's API. The kernel (ComputerActor, the registry and the
+ * reaper) owns lifecycles, identity, sessions, renewal and reaping.
+ */
 export class Backend extends Context.Tag("kilntainers/services/Backend")<Backend, {
   readonly name: string
   readonly capabilities: Capabilities
+  /** How this provider spells label keys (the encoding lives in ComputerMetadata). */
+  readonly labelStyle: LabelStyle
+  /** The base image of new computers. */
+  readonly image: string
+  /** Our computers the provider knows about (by label; a name lookup where labels cannot filter). */
+  readonly find: (query: Query) => Effect.Effect<ReadonlyArray<Instance>, ProviderError>
+  /** Creates and starts a computer. A taken name is a `Conflict`. */
+  readonly create: (metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
+  /** Makes a found computer run again (start a stopped container, resume a paused sandbox). */
+  readonly start: (instance: Instance) => Effect.Effect<Instance, ProviderError>
+  /** Connects to a running computer: the agent, poller or client that runs its processes. */
+  readonly connect: (instance: Instance) => Effect.Effect<Connection, ProviderError, Scope.Scope>
   /**
-   * Open a computer: attach to the provider's computer with this id if there is one (it must be
-   * ours, and its `temporary` must match), else create it. It is released with the Scope.
+   * Restarts keeping the writable state. The kernel has ended the computer's processes and closed
+   * its connection first, and connects again afterwards.
    */
-  readonly open: (spec: ComputerSpec) => Effect.Effect<BackendComputer, BackendError, Scope.Scope>
-  /** The computers of this backend the provider knows about (ours, by label). */
-  readonly list: Effect.Effect<ReadonlyArray<ProviderComputer>, BackendError>
+  readonly restart: (instance: Instance) => Effect.Effect<Instance, ProviderError | Unsupported>
+  /** Removes the computer for good (also when it is already gone). */
+  readonly remove: (instance: Instance) => Effect.Effect<void, ProviderError>
+  /**
+   * Renames a warm pool's computer to its real id (Docker: the container name; host: the workspace
+   * record). Labels that cannot change keep the pool's mark; the kernel knows the rest. Without it,
+   * no warm pool.
+   */
+  readonly adopt?: ((instance: Instance, metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>) | undefined
+  /** A permanent computer is released by its last holder (E2B pauses it; most do nothing). */
+  readonly suspend?: ((instance: Instance) => Effect.Effect<void, ProviderError>) | undefined
+  readonly renewal?: Renewal | undefined
 }>() {}

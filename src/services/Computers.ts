@@ -1,20 +1,45 @@
-import type { Effect } from "effect"
-import { Context, Schema } from "effect"
-import type { ComputerActor } from "../actors/ComputerActor.js"
-import type { BackendError, ComputerNotFound, InvalidInput, Unsupported } from "../domain/Errors.js"
+import type * as Effect from "effect/Effect"
+import * as Context from "effect/Context"
+import * as Schema from "effect/Schema"
+import type {
+  AccessDenied,
+  ComputerNotFound,
+  ComputerUnavailable,
+  InvalidInput,
+  ProviderError,
+  SpawnFailed,
+  Unsupported
+} from "../domain/Errors.js"
+import type { ExitInfo, SpawnSpec } from "./Backend.js"
+import type { ProcessHandle } from "./Processes.js"
 
 /** What `computer_list` shows of one computer. */
 export const ComputerInfo = Schema.Struct({
   computer_id: Schema.String,
-  sandbox_id: Schema.String,
+  sandbox_id: Schema.String.annotations({ description: "The provider's id of the computer" }),
   backend: Schema.String,
-  state: Schema.String,
+  state: Schema.String.annotations({
+    description: "creating, running, restarting, resetting, lost, deleting, or the provider's state of a computer not attached here"
+  }),
   temporary: Schema.Boolean,
   image: Schema.String,
   created_at: Schema.String,
-  processes: Schema.Number.annotations({ description: "Live processes" })
+  processes: Schema.Number.annotations({ description: "Live processes" }),
+  ends_at: Schema.optional(Schema.String.annotations({
+    description: "When the provider itself will end this computer (a plan's maximum runtime)"
+  })),
+  warning: Schema.optional(Schema.String)
 })
 export type ComputerInfo = typeof ComputerInfo.Type
+
+/** What computer_list says of the warm pool. */
+export const PoolStatus = Schema.Struct({
+  size: Schema.Number.annotations({ description: "Computers the pool keeps ready" }),
+  ready: Schema.Number,
+  starting: Schema.Number.annotations({ description: "Being prepared now" }),
+  handedOut: Schema.Number.annotations({ description: "Handed out since the server started" })
+})
+export type PoolStatus = typeof PoolStatus.Type
 
 /** Which computer a call targets: the session's default when no id is given. */
 export interface ComputerRequest {
@@ -24,24 +49,72 @@ export interface ComputerRequest {
   readonly shared?: boolean | undefined
 }
 
+/** What the process supervisor asks a computer to start. */
+export interface ProcessRequest {
+  readonly id: string
+  readonly command: string
+  readonly spec: SpawnSpec
+  readonly headBytes: number
+  readonly tailBytes: number
+  readonly mailboxCapacity: number
+  /** Called once, when the process has exited and its exit is recorded. */
+  readonly onExit: (process: ProcessHandle) => Effect.Effect<void>
+}
+
+/** The whole result of a short helper command (file transfer), not listed as a process. */
+export interface RunResult {
+  readonly exit: ExitInfo
+  readonly stdout: Uint8Array
+  readonly stderr: string
+  /** stdout went past the limit asked for. */
+  readonly overflow: boolean
+}
+
+export type ComputerError = InvalidInput | AccessDenied | ComputerNotFound | ComputerUnavailable | ProviderError | Unsupported
+
+/** A computer as the other services use it (implemented by the kernel's ComputerActor). */
+export interface ComputerHandle {
+  readonly id: string
+  readonly temporary: boolean
+  readonly backendName: string
+  /** Unique per computer for the life of the server: a deleted computer's successor of the same id is another incarnation. */
+  readonly incarnation: number
+  /** HOME and the default working directory of processes. */
+  readonly home: string
+  /** The provider's id of the computer now (it changes with a factory reset on some providers). */
+  readonly providerId: Effect.Effect<string>
+  /** May this session use (read, signal, change) this computer? */
+  readonly visibleTo: (session: string) => boolean
+  /** Starts a process owned by this computer (not by the caller); returns once it runs. */
+  readonly spawn: (request: ProcessRequest) => Effect.Effect<ProcessHandle, SpawnFailed | ComputerUnavailable | ProviderError>
+  /** Runs a helper command to completion, stdin given, stdout kept up to `maxBytes`. Not listed in ps. */
+  readonly run: (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) => Effect.Effect<RunResult, SpawnFailed | ComputerUnavailable | ProviderError>
+  /** A warning for the agent while the provider's end of life for this computer is near (E2B's plan cap). */
+  readonly warning: Effect.Effect<string | undefined>
+  /** Completes when the computer is gone from this server (deleted, released, server shutdown). */
+  readonly closed: Effect.Effect<void>
+  /** Completes when the computer has been deleted. */
+  readonly deleted: Effect.Effect<void>
+}
+
 /** The named computers of a server, and the sessions that hold them. */
 export class Computers extends Context.Tag("kilntainers/services/Computers")<Computers, {
   /** The computer a session's call targets, created (or re-attached) on first use. */
-  readonly resolve: (session: string, request: ComputerRequest) => Effect.Effect<ComputerActor, InvalidInput | BackendError>
+  readonly resolve: (session: string, request: ComputerRequest) => Effect.Effect<ComputerHandle, ComputerError>
   /** computer_create: create or attach by id; without an id, always a new computer. */
-  readonly create: (session: string, request: ComputerRequest) => Effect.Effect<ComputerActor, InvalidInput | BackendError>
+  readonly create: (session: string, request: ComputerRequest) => Effect.Effect<ComputerHandle, ComputerError>
   /** An existing computer (attached, or known to the provider and attached now). */
-  readonly get: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError>
-  readonly restart: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError | Unsupported>
-  readonly factoryReset: (session: string, id: string) => Effect.Effect<ComputerActor, ComputerNotFound | InvalidInput | BackendError | Unsupported>
-  readonly delete: (session: string, id: string) => Effect.Effect<void, ComputerNotFound | InvalidInput | BackendError>
+  readonly get: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
+  readonly restart: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
+  readonly factoryReset: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
+  readonly delete: (session: string, id: string) => Effect.Effect<void, ComputerError>
   /**
    * The computers a session may see: the ones it holds, shared ones, and permanent ones (also those
    * only the provider still keeps). Other sessions' private temporary computers are not listed.
    */
-  readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, BackendError>
-  /** May this session use (read, signal, change) this computer? */
-  readonly canAccess: (session: string, computerId: string) => Effect.Effect<boolean>
+  readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, ProviderError>
+  /** The warm pool, when there is one. */
+  readonly pool: Effect.Effect<PoolStatus | undefined>
   /** A session ended: its temporary computers that nobody else holds are removed. */
   readonly release: (session: string) => Effect.Effect<void>
 }>() {}

@@ -1,5 +1,5 @@
-import type { Effect } from "effect"
-import { Context } from "effect"
+import type * as Effect from "effect/Effect"
+import * as Context from "effect/Context"
 import type { ProcessError } from "../domain/Errors.js"
 
 export interface FileReadInput {

@@ -1,8 +1,49 @@
-import type { Effect } from "effect"
-import { Context } from "effect"
-import type { ProcessActor } from "../actors/ProcessActor.js"
-import type { ProcessError } from "../domain/Errors.js"
-import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice } from "../domain/Process.js"
+import type * as Effect from "effect/Effect"
+import type * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
+import * as Context from "effect/Context"
+import type { MailboxFull, ProcessError, ProcessExited, ProviderError, StdinClosed, Unsupported } from "../domain/Errors.js"
+import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions } from "../domain/Process.js"
+import type { ExitInfo } from "./Backend.js"
+
+/** Live output as subscribers see it. */
+export type LiveOutput =
+  | { readonly _tag: "Stdout"; readonly data: Uint8Array }
+  | { readonly _tag: "Stderr"; readonly data: Uint8Array }
+  | { readonly _tag: "Exit"; readonly exit: ExitInfo }
+
+export type ProcessCommandError = ProcessExited | StdinClosed | ProviderError | Unsupported | MailboxFull
+
+/** One process as the services use it (implemented by the kernel's ProcessActor). */
+export interface ProcessHandle {
+  readonly id: string
+  readonly computerId: string
+  readonly tty: boolean
+  readonly info: Effect.Effect<ProcessInfo>
+  readonly status: Effect.Effect<ProcessStatus>
+  /** Waits for the process to exit. */
+  readonly exited: Effect.Effect<ExitInfo>
+  /** Completes when the process has exited and every holder of its output has closed it. */
+  readonly closed: Effect.Effect<void>
+  readonly write: (data: Uint8Array) => Effect.Effect<void, ProcessCommandError>
+  readonly closeStdin: Effect.Effect<void, ProcessCommandError>
+  readonly signal: (signal: string, reason?: string) => Effect.Effect<void, ProcessCommandError>
+  readonly resize: (cols: number, rows: number) => Effect.Effect<void, ProcessCommandError>
+  readonly read: (options: ReadOptions) => Effect.Effect<OutputView>
+  /** Live output from now on; the subscription ends with the Scope. */
+  readonly subscribe: Effect.Effect<Queue.Dequeue<LiveOutput>, never, Scope.Scope>
+  /** Clock millis of the latest output (or of the start). */
+  readonly lastActivity: Effect.Effect<number>
+  /** Bytes each stream has produced so far. */
+  readonly totals: Effect.Effect<{ readonly stdout: number; readonly stderr: number }>
+  /** Records why the process is ending (computer closed, server shutdown) before it is stopped. */
+  readonly noteReason: (reason: string) => Effect.Effect<void>
+  /**
+   * Explains, after the fact, an end that had no better reason (it was killed, or its output just
+   * stopped): the computer turned out lost moments later.
+   */
+  readonly explainEnd: (reason: string) => Effect.Effect<void>
+}
 
 /** Progress of a long call, for MCP progress notifications. */
 export type ProgressReporter = (progress: { readonly progress: number; readonly total?: number; readonly message: string }) => Effect.Effect<void>
@@ -16,18 +57,53 @@ export interface SpawnInput {
   readonly rows?: number | undefined
   readonly background?: boolean | undefined
   readonly timeoutMs?: number | undefined
+  /** Return as soon as the output matches this pattern (a "ready" line). */
+  readonly pattern?: string | undefined
   readonly maxBytes?: number | undefined
   readonly computer_id?: string | undefined
   readonly temporary?: boolean | undefined
 }
 
-export interface SpawnResult extends OutputView {
-  readonly id: string
-  readonly computer_id: string
+/** The rendered terminal of a TTY process, beyond its text (which a result carries as `stdout`). */
+export interface ScreenFields {
+  readonly cursor: { readonly x: number; readonly y: number }
+  readonly cols: number
+  readonly rows: number
+  readonly alternateScreen?: true | undefined
+  readonly scrollback?: string | undefined
+}
+
+/**
+ * Output as an agent gets it: strings (bytes left out shown by an exact `[… N bytes omitted …]`
+ * marker), and the rest only where it is useful.
+ */
+export interface OutputFields {
+  /** stdout since the cursor (or the last lines); a TTY's rendered screen. */
+  readonly stdout: string
+  readonly stderr: string
+  /** Cursors for the next read (stdoutCursor / stderrCursor): present while it runs or when output was cut. */
+  readonly next?: { readonly stdout: number; readonly stderr: number } | undefined
+  /** Bytes left out of this result, per stream: present only when something was cut. */
+  readonly omitted?: { readonly stdout?: number | undefined; readonly stderr?: number | undefined } | undefined
+  readonly screen?: ScreenFields | undefined
+}
+
+/** How a process stands: process-mcp's status, and how it ended. */
+export interface ProcessState {
+  readonly pid: string
   readonly status: ProcessStatus
-  readonly exitCode: number | null
-  readonly signal: string | null
+  readonly exitCode?: number | undefined
+  readonly signal?: string | undefined
+  readonly reason?: string | undefined
+}
+
+export interface SpawnResult extends ProcessState, OutputFields {
+  readonly computer_id: string
   readonly durationMs: number
+  /** What the ready pattern matched. */
+  readonly match?: string | undefined
+  /** Something the agent should know about this call (a capped wait, a computer ending soon). */
+  readonly note?: string | undefined
 }
 
 export interface ExecInput {
@@ -41,67 +117,106 @@ export interface ExecInput {
   readonly temporary?: boolean | undefined
 }
 
+/** Kilntainers' sandbox_exec result, plus what only matters when it applies. */
 export interface ExecResult {
-  readonly computer_id: string
-  readonly temporary: boolean
   readonly stdout: string
   readonly stderr: string
-  readonly exit_code: number
+  /** null while it still runs (the call returned before its timeout: see `pid`). */
+  readonly exit_code: number | null
   readonly exec_duration_ms: number
-  readonly timed_out: boolean
-  readonly truncated: boolean
-  readonly stdout_bytes: number
-  readonly stderr_bytes: number
+  readonly computer_id: string
+  readonly temporary: boolean
+  readonly timed_out?: true | undefined
+  readonly truncated?: true | undefined
+  readonly stdout_bytes?: number | undefined
+  readonly stderr_bytes?: number | undefined
+  /** The process handle: to read the rest of cut output (stdout with cursors), or to wait for a command still running. */
+  readonly pid?: string | undefined
+  readonly running?: true | undefined
+  readonly next?: { readonly stdout: number; readonly stderr: number } | undefined
+  readonly note?: string | undefined
 }
 
-export interface WaitInput {
+export interface WaitResult extends ProcessState, OutputFields {
+  /** Why the wait ended. */
+  readonly outcome: "exited" | "matched" | "quiet" | "timeout"
+  readonly match?: string | undefined
+  readonly waitedMs: number
+  readonly note?: string | undefined
+}
+
+export interface KillResult extends ProcessState {
+  /** The signal sent. */
+  readonly sent: string
+  readonly descendantsKilled?: number | undefined
+  readonly message: string
+}
+
+export interface StdinResult extends ProcessState, OutputFields {
+  /** Bytes written. */
+  readonly bytes: number
+  readonly eof?: true | undefined
+}
+
+export interface ReadResult extends ProcessState, OutputFields {}
+
+export interface ListResult {
+  readonly processes: ReadonlyArray<ProcessInfo>
+  /** Finished processes not shown (ask with status or limit to see them). */
+  readonly hidden?: number | undefined
+}
+
+/** Names a process; a given computer_id must be the process's computer. */
+export interface ProcessRef {
   readonly id: string
+  readonly computer_id?: string | undefined
+}
+
+export interface WaitInput extends ProcessRef {
   readonly pattern?: string | undefined
   readonly quietMs?: number | undefined
   readonly timeoutMs?: number | undefined
+  readonly maxBytes?: number | undefined
 }
 
-export interface WaitResult {
-  readonly id: string
-  readonly reason: "exited" | "matched" | "quiet" | "timeout"
-  readonly status: ProcessStatus
-  readonly exitCode: number | null
-  readonly signal: string | null
-  readonly match?: string
-  readonly waitedMs: number
+export interface StdinInput extends ProcessRef {
+  readonly input: string
+  readonly eof?: boolean | undefined
+  /** How long to wait for the output that follows (settles earlier when it goes quiet). */
+  readonly yieldMs?: number | undefined
+  readonly maxBytes?: number | undefined
 }
 
-export interface KillResult {
-  readonly id: string
-  readonly signal: string
-  readonly status: ProcessStatus
-  readonly exitCode: number | null
-  readonly exitSignal: string | null
+export interface KillInput extends ProcessRef {
+  readonly signal?: string | undefined
 }
 
-export interface StdinResult {
-  readonly id: string
-  readonly bytes: number
-  readonly eof: boolean
+export interface ReadInput extends ProcessRef {
+  readonly stdoutCursor?: number | undefined
+  readonly stderrCursor?: number | undefined
+  readonly lines?: number | undefined
+  readonly maxBytes?: number | undefined
+  readonly scrollback?: boolean | undefined
 }
 
-export interface ReadResult extends OutputView {
-  readonly id: string
-  readonly status: ProcessStatus
-  readonly exitCode: number | null
-  readonly signal: string | null
+export interface ListFilter {
+  readonly computer_id?: string | undefined
+  readonly status?: ProcessStatus | "all" | undefined
+  /** Most processes to list (newest first among the finished). */
+  readonly limit?: number | undefined
 }
 
-export type { StreamSlice }
-
-/** Processes of every computer: start, list, talk to, read, signal and wait for them. */
+/**
+ * Processes of every computer: start, list, talk to, read, signal and wait for them. Every method
+ * takes the calling session and enforces what it may see: another session's private computer and
+ * its processes do not exist for it.
+ */
 export class Processes extends Context.Tag("kilntainers/services/Processes")<Processes, {
   readonly spawn: (session: string, input: SpawnInput, progress?: ProgressReporter) => Effect.Effect<SpawnResult, ProcessError>
   readonly exec: (session: string, input: ExecInput, progress?: ProgressReporter) => Effect.Effect<ExecResult, ProcessError>
-  readonly list: (filter?: { readonly computer_id?: string | undefined; readonly status?: ProcessStatus | undefined }) => Effect.Effect<ReadonlyArray<ProcessInfo>>
-  readonly get: (id: string) => Effect.Effect<ProcessActor, ProcessError>
-  readonly stdin: (id: string, input: string, eof: boolean) => Effect.Effect<StdinResult, ProcessError>
-  readonly read: (id: string, options: ReadOptions) => Effect.Effect<ReadResult, ProcessError>
-  readonly kill: (id: string, signal?: string) => Effect.Effect<KillResult, ProcessError>
-  readonly wait: (input: WaitInput, progress?: ProgressReporter) => Effect.Effect<WaitResult, ProcessError>
+  readonly list: (session: string, filter?: ListFilter) => Effect.Effect<ListResult, ProcessError>
+  readonly stdin: (session: string, input: StdinInput) => Effect.Effect<StdinResult, ProcessError>
+  readonly read: (session: string, input: ReadInput) => Effect.Effect<ReadResult, ProcessError>
+  readonly kill: (session: string, input: KillInput) => Effect.Effect<KillResult, ProcessError>
+  readonly wait: (session: string, input: WaitInput, progress?: ProgressReporter) => Effect.Effect<WaitResult, ProcessError>
 }>() {}

@@ -1,4 +1,5 @@
-import { Effect, FiberRef } from "effect"
+import * as Effect from "effect/Effect"
+import * as FiberRef from "effect/FiberRef"
 import type { ProgressReporter } from "./Processes.js"
 
 /**

@@ -1,4 +1,5 @@
-import { Context, type Redacted } from "effect"
+import * as Context from "effect/Context"
+import type * as Redacted from "effect/Redacted"
 
 /** Fly Machines backend settings (--fly-*). */
 export interface FlySettings {
@@ -11,6 +12,8 @@ export interface FlySettings {
   readonly memoryMb: number
   readonly rootfsSizeGb: number | undefined
   readonly apiUrl: string
+  /** Requests per second and burst per action and machine that we allow ourselves (Fly documents 1 and 3). */
+  readonly rateLimit: { readonly perSecond: number; readonly burst: number }
 }
 
 /** E2B backend settings (--e2b-*). */
@@ -18,6 +21,8 @@ export interface E2BSettings {
   readonly apiKey: Redacted.Redacted<string> | undefined
   readonly template: string
   readonly sandboxTimeoutSec: number
+  /** The plan's maximum continuous runtime of a sandbox, seconds: 3600 on Base, 86400 on Pro. */
+  readonly maxRuntimeSec: number
   readonly metadata: Readonly<Record<string, string>>
   readonly envs: Readonly<Record<string, string>>
   readonly apiUrl: string | undefined
@@ -39,6 +44,52 @@ export interface ModalSettings {
   readonly sandboxTimeoutSec: number
 }
 
+/** Traces (--otel-*): exported with OTLP over HTTP only when an endpoint is set. */
+export interface OtelSettings {
+  /** The collector's base URL (spans go to `<endpoint>/v1/traces`); undefined: no traces, no exporter loaded. */
+  readonly endpoint: string | undefined
+  /** `service.name` of the spans. */
+  readonly serviceName: string
+}
+
+/** A header added to requests to matching hosts: the rule as written and the secret read for it. */
+export interface EgressHeaderSetting {
+  /** `PATTERN:Header-Name=ENV_VAR` as given to --egress-header. */
+  readonly rule: string
+  /** The value of ENV_VAR in the server's environment, read once at startup. */
+  readonly value: Redacted.Redacted<string>
+}
+
+/**
+ * Egress through the server's proxy (--allow-host, --egress-*; see `layers/egress`). With an empty
+ * allowlist there is no proxy and `--network` alone decides.
+ */
+export interface EgressSettings {
+  /** Host patterns (`example.com`, `*.example.com`, `:port`, `*`). */
+  readonly allowHosts: ReadonlyArray<string>
+  /** `NAME=IP` pins, resolved by the proxy instead of DNS. */
+  readonly resolve: ReadonlyArray<string>
+  readonly headers: ReadonlyArray<EgressHeaderSetting>
+  /** PEM files of CAs the proxy trusts for upstreams besides the system's (internal services, tests). */
+  readonly upstreamCaFiles: ReadonlyArray<string>
+  /** The loopback port inside each computer where its processes find the proxy. */
+  readonly relayPort: number
+  /** Most proxy connections open at once per computer. */
+  readonly maxConnections: number
+  /** A proxy connection with no byte either way for this long is closed, ms. */
+  readonly idleTimeoutMs: number
+}
+
+/** The audit log (--audit-log*). */
+export interface AuditLogSettings {
+  /** JSON lines file; undefined: no file (recent entries are still kept in memory). */
+  readonly path: string | undefined
+  /** Rotated before it grows past this many bytes. */
+  readonly maxBytes: number
+  /** Rotated files kept. */
+  readonly keep: number
+}
+
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
   /** Where computers run; `auto` = docker when an engine answers, else host. */
@@ -58,7 +109,22 @@ export interface SettingsShape {
   readonly bwrapPath: string | undefined
   /** spawn: default and maximum wait before a process goes to the background, ms. */
   readonly spawnTimeoutMs: number
+  /** The longest a call may wait while the client listens to progress notifications, ms. */
   readonly maxTimeoutMs: number
+  /**
+   * The longest a call waits when the client does not ask for progress, ms: safely under common
+   * client request timeouts (60 s in the MCP SDK). A longer wait asked for is capped, and the
+   * result says so.
+   */
+  readonly maxCallMs: number
+  /** The most output bytes one tool result carries inline (both streams together). */
+  readonly inlineBytes: number
+  /** stdin: how long to wait for the output that follows the input, by default, ms. */
+  readonly stdinYieldMs: number
+  /** ps: finished processes listed by default (running ones always are). */
+  readonly psFinished: number
+  /** Computers prepared ahead and handed out to new temporary computers (0: none). */
+  readonly warmPool: number
   /** How many finished processes stay listable. */
   readonly maxFinished: number
   /** Output retention per stream: first headBytes and last tailBytes. */
@@ -83,10 +149,17 @@ export interface SettingsShape {
   readonly fly: FlySettings
   readonly e2b: E2BSettings
   readonly modal: ModalSettings
-  /** WASM backends: the user's module (--backend wasm), memory cap and wall clock per process. */
+  /**
+   * WASM backends: the user's module (--backend wasm), memory cap and wall clock per process, and
+   * the size of one computer's filesystem (contents plus 1 KiB per file or directory).
+   */
   readonly wasmPath: string | undefined
   readonly wasmMaxMemoryMb: number
   readonly wasmTimeoutMs: number
+  readonly wasmMaxDiskBytes: number
+  readonly otel: OtelSettings
+  readonly egress: EgressSettings
+  readonly auditLog: AuditLogSettings
 }
 
 export const defaultSettings: SettingsShape = {
@@ -102,7 +175,12 @@ export const defaultSettings: SettingsShape = {
   unsafeNoSandbox: false,
   bwrapPath: undefined,
   spawnTimeoutMs: 10_000,
-  maxTimeoutMs: 60_000,
+  maxTimeoutMs: 600_000,
+  maxCallMs: 50_000,
+  inlineBytes: 24 * 1024,
+  stdinYieldMs: 300,
+  psFinished: 5,
+  warmPool: 0,
   maxFinished: 100,
   headBytes: 64 * 1024,
   tailBytes: 1024 * 1024,
@@ -127,12 +205,14 @@ export const defaultSettings: SettingsShape = {
     cpus: 1,
     memoryMb: 512,
     rootfsSizeGb: undefined,
-    apiUrl: "https://api.machines.dev"
+    apiUrl: "https://api.machines.dev",
+    rateLimit: { perSecond: 1, burst: 3 }
   },
   e2b: {
     apiKey: undefined,
     template: "base",
     sandboxTimeoutSec: 3600,
+    maxRuntimeSec: 3600,
     metadata: {},
     envs: {},
     apiUrl: undefined,
@@ -153,7 +233,19 @@ export const defaultSettings: SettingsShape = {
   },
   wasmPath: undefined,
   wasmMaxMemoryMb: 256,
-  wasmTimeoutMs: 0
+  wasmTimeoutMs: 0,
+  wasmMaxDiskBytes: 256 * 1024 * 1024,
+  otel: { endpoint: undefined, serviceName: "kilntainers" },
+  egress: {
+    allowHosts: [],
+    resolve: [],
+    headers: [],
+    upstreamCaFiles: [],
+    relayPort: 3128,
+    maxConnections: 64,
+    idleTimeoutMs: 300_000
+  },
+  auditLog: { path: undefined, maxBytes: 16 * 1024 * 1024, keep: 3 }
 }
 
 /** The server's settings, provided once at the composition root. */

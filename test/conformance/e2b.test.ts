@@ -1,6 +1,6 @@
 import { Redacted } from "effect"
 import { afterAll } from "vitest"
-import * as E2BBackend from "../../src/layers/backends/E2BBackend.js"
+import * as E2BBackend from "../../src/layers/backends/e2b/E2BBackend.js"
 import * as E2BFake from "../support/E2BFake.js"
 import { bwrapWorks } from "../support/Requirements.js"
 import { conformance } from "./Conformance.js"
@@ -22,7 +22,6 @@ conformance("e2b", {
       apiUrl: fake!.url,
       sandboxUrl: fake!.url,
       domain: undefined,
-      instanceId: `conformance-${Math.random().toString(36).slice(2, 8)}`,
       home: E2BFake.FAKE_HOME
     }),
   available: bwrapWorks,

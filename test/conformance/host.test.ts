@@ -1,7 +1,7 @@
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import * as HostBackend from "../../src/layers/backends/HostBackend.js"
+import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import { bwrapWorks } from "../support/Requirements.js"
 import { conformance } from "./Conformance.js"
 

@@ -1,27 +1,17 @@
-import { afterAll } from "vitest"
-import * as ModalBackend from "../../src/layers/backends/ModalBackend.js"
-import { fakeWorks, ModalFake } from "../support/ModalFake.js"
+import { afterAll, beforeAll } from "vitest"
+import * as ModalBackend from "../../src/layers/backends/modal/ModalBackend.js"
+import { backendOptions, fakeWorks, ModalFake } from "../support/ModalFake.js"
 import { conformance } from "./Conformance.js"
 
-const fake = new ModalFake()
-afterAll(() => fake.shutdown())
+// The Modal backend on the real `modal` SDK, against the local gRPC fake of Modal.
+let fake: ModalFake
+beforeAll(async () => {
+  fake = await ModalFake.start()
+})
+afterAll(() => fake.close())
 
 conformance("modal", {
-  backend: () =>
-    ModalBackend.layer({
-      tokenId: undefined,
-      tokenSecret: undefined,
-      appName: "kilntainers-conformance",
-      image: ModalBackend.DEFAULT_IMAGE,
-      cpu: 1,
-      memoryMb: 512,
-      gpu: undefined,
-      region: undefined,
-      sandboxTimeoutSec: 3600,
-      network: false,
-      instanceId: "conformance",
-      gateway: fake
-    }),
+  backend: () => ModalBackend.layer(backendOptions(fake, { appName: "kilntainers-conformance", watchIntervalMs: 500 })),
   available: fakeWorks,
   requirement: "bubblewrap and nsenter (the Modal fake runs commands in them)"
 })

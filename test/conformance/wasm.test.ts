@@ -1,7 +1,7 @@
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import * as WasmBackend from "../../src/layers/backends/WasmBackend.js"
+import * as WasmBackend from "../../src/layers/backends/wasm/WasmBackend.js"
 import { conformance } from "./Conformance.js"
 
 const stateDir = mkdtempSync(join(tmpdir(), "kt-conformance-wasm-"))

@@ -3,19 +3,28 @@ import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { binPath, startServer } from "../support/McpHarness.js"
-import { dockerWorks } from "../support/Docker.js"
+import { docker, dockerWorks, engineWorks, requirement, TEST_IMAGE } from "../support/Docker.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const providerHas = async (backend: string, stateDir: string, id: string) => {
   if (backend === "host") return existsSync(join(stateDir, "computers", id))
-  const { default: Docker } = await import("dockerode")
-  const found = await new Docker().listContainers({ all: true, filters: { label: [`kilntainers.computer-id=${id}`] } })
+  const found = await docker(backend === "podman" ? "podman" : "docker").listContainers({
+    all: true,
+    filters: { label: [`kilntainers.computer-id=${id}`] }
+  })
   return found.length > 0
 }
 
+// The container engines run the test image, never the default image's name.
 const backends = [
-  { name: "docker", available: dockerWorks, requirement: "a Docker engine with the debian:bookworm-slim test image" },
-  { name: "host", available: bwrapWorks, requirement: "bubblewrap" }
+  { name: "docker", args: ["--backend", "docker", "--image", TEST_IMAGE], available: engineWorks("docker"), requirement: requirement("docker") },
+  {
+    name: "podman",
+    args: ["--backend", "docker", "--engine", "podman", "--image", TEST_IMAGE],
+    available: engineWorks("podman"),
+    requirement: requirement("podman")
+  },
+  { name: "host", args: ["--backend", "host"], available: bwrapWorks, requirement: "bubblewrap" }
 ] as const
 
 for (const backend of backends) {
@@ -23,7 +32,7 @@ for (const backend of backends) {
     `named computers over stdio MCP (${backend.name})`,
     () => {
       it("lists the computer tools", async () => {
-        const server = await startServer(["--backend", backend.name])
+        const server = await startServer([...backend.args])
         try {
           const { tools } = await server.client.listTools()
           const names = tools.map((t) => t.name)
@@ -37,8 +46,8 @@ for (const backend of backends) {
 
       it("two sessions each get their own default computer, and temporary ones go with their session", async () => {
         const stateDir = mkdtempSync(join(tmpdir(), "kt-e2e-shared-"))
-        const one = await startServer(["--backend", backend.name, "--state-dir", stateDir])
-        const two = await startServer(["--backend", backend.name, "--state-dir", stateDir])
+        const one = await startServer([...backend.args, "--state-dir", stateDir])
+        const two = await startServer([...backend.args, "--state-dir", stateDir])
         try {
           const a = await one.call("sandbox_exec", { command: "echo one > mine.txt; hostname" })
           const b = await two.call("sandbox_exec", { command: "cat mine.txt 2>&1; hostname" })
@@ -71,7 +80,7 @@ for (const backend of backends) {
       it("a permanent computer is re-attached by a second server process", async () => {
         const stateDir = mkdtempSync(join(tmpdir(), "kt-e2e-perm-"))
         const id = `e2e-perm-${backend.name}-${process.pid}`
-        const first = await startServer(["--backend", backend.name, "--state-dir", stateDir])
+        const first = await startServer([...backend.args, "--state-dir", stateDir])
         try {
           const created = await first.call("computer_create", { computer_id: id, temporary: false })
           assert.isFalse(created.isError, created.text)
@@ -81,7 +90,7 @@ for (const backend of backends) {
         } finally {
           await first.client.close()
         }
-        const second = await startServer(["--backend", backend.name, "--state-dir", stateDir])
+        const second = await startServer([...backend.args, "--state-dir", stateDir])
         try {
           const listed = await second.call("computer_list", {})
           const found = listed.structured.computers.find((c: any) => c.computer_id === id)
@@ -116,7 +125,7 @@ for (const backend of backends) {
 
 describeIf(dockerWorks && bwrapWorks && existsSync(binPath), "a Docker engine, bubblewrap and a built CLI")("the default backend", () => {
   it("is docker when an engine answers, else host, and the server says which on stderr", async () => {
-    const withEngine = await startServer([])
+    const withEngine = await startServer(["--image", TEST_IMAGE])
     try {
       const result = await withEngine.call("sandbox_exec", { command: "test -f /.dockerenv && echo container || echo other" })
       assert.strictEqual(result.structured.stdout, "container\n")

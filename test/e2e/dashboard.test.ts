@@ -2,7 +2,8 @@
  * The `computer_dashboard` MCP App in a real browser: headless Chromium loads a small MCP Apps host
  * page (test/support/dashboard-host) that embeds the app in a sandboxed iframe with the ext-apps
  * `AppBridge`, and relays the app's tool calls to a real kilntainers server (the built CLI over
- * stdio, driven by the MCP SDK `Client` in this process).
+ * stdio, driven by the MCP SDK `Client` in this process). The app is the page `npm run build`
+ * bundles from src/dashboard; its view model has unit tests in test/dashboard/model.test.ts.
  */
 import { afterAll, assert, beforeAll, it } from "vitest"
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
@@ -42,8 +43,10 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
     let browser: Browser
     let page: Page
     let app: Frame
+    let origin: string
     const relayed: Array<{ readonly name: string; readonly args: Record<string, unknown> }> = []
     const pageErrors: Array<string> = []
+    const requests: Array<string> = []
 
     const tid = (id: string) => `[data-testid="${id}"]`
     const row = (id: string) => `${tid("computer-row")}[data-computer-id="${id}"]`
@@ -90,6 +93,7 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       })
       page = await browser.newPage({ viewport: { width: 1120, height: 800 }, deviceScaleFactor: 1 })
       page.on("pageerror", (error) => pageErrors.push(error.message))
+      page.on("request", (request) => requests.push(request.url()))
       await page.exposeFunction("mcpListTools", async () => (await server.client.listTools()).tools)
       await page.exposeFunction("mcpReadResource", async (uri: string) => {
         const { contents } = await server.client.readResource({ uri })
@@ -102,7 +106,8 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
         return (await server.client.callTool({ name, arguments: args }, undefined, { timeout: 300_000 })) as CallToolResult
       })
       const { port } = http.address() as AddressInfo
-      await page.goto(`http://127.0.0.1:${port}/`)
+      origin = `http://127.0.0.1:${port}`
+      await page.goto(`${origin}/`)
       const handle = await page.waitForSelector("iframe[data-testid=app-frame]")
       const frame = await handle.contentFrame()
       assert.isNotNull(frame)
@@ -113,6 +118,22 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       await browser?.close().catch(() => undefined)
       await server?.client.close().catch(() => undefined)
       await new Promise((resolve) => (http ? http.close(resolve) : resolve(undefined)))
+    })
+
+    it("serves one self-contained page", async () => {
+      const { contents } = await server.client.readResource({ uri: "ui://kilntainers/computers" })
+      const content = contents[0] as { text: string; mimeType: string; _meta: any }
+      assert.strictEqual(content.mimeType, "text/html;profile=mcp-app")
+      assert.deepEqual(content._meta.ui.csp, {})
+      const html = content.text
+      assert.include(html, `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline';`)
+      // one inline script and one inline style; nothing else refers to anything outside the page
+      assert.lengthOf(html.match(/<script\b/g) ?? [], 1)
+      assert.include(html, "<script>")
+      assert.lengthOf(html.match(/<style\b/g) ?? [], 1)
+      const markup = html.replace(/<script>[\s\S]*?<\/script>|<style>[\s\S]*?<\/style>/g, "")
+      assert.notMatch(markup, /<link\b|<img\b|\bsrc\s*=|\bhref\s*=/i)
+      console.error(`dashboard page: ${Buffer.byteLength(html)} bytes`)
     })
 
     it("initializes over the MCP Apps protocol and shows the inventory from the tool result", async () => {
@@ -163,7 +184,9 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
     it("shows a background process as running in the processes pane", async () => {
       const spawned = await server.call("spawn", { command: "sleep 300", background: true, computer_id: computerId, temporary: false })
       assert.isFalse(spawned.isError, spawned.text)
-      const pid = spawned.structured.id as string
+      // the process handle: `pid` (this release; 0.1 also had it as `id`)
+      const pid = spawned.structured.pid as string
+      assert.match(pid, /^p\d+$/)
       const processRow = `${tid("process-row")}[data-process-id="${pid}"]`
       // the periodic refresh picks it up without any click
       await until("the process in the processes pane", () => text(`${processRow} ${tid("process-status")}`), (s) => s === "running")
@@ -183,6 +206,38 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       assert.deepInclude(relayed, { name: "computer_restart", args: { computer_id: computerId } })
       assert.isTrue(await app.locator(tid("error")).isHidden(), `no error shown: ${await text(tid("error-text"))}`)
     }, 90_000)
+
+    it("shows the pool, a computer's warning and recent activity only while a result carries them", async () => {
+      const listed = await server.call("computer_list", {})
+      const warning = `<img src=x onerror="document.title='owned'"> lease ends in 5 minutes`
+      const result = {
+        content: [{ type: "text" as const, text: "{}" }],
+        structuredContent: {
+          ...listed.structured,
+          computers: listed.structured.computers.map((c: any) => (c.computer_id === computerId ? { ...c, warning } : c)),
+          pool: { size: 4, ready: 2, starting: 1, handedOut: 1 },
+          audit: [{ time: "2026-11-30T10:00:00.000Z", kind: "process.start", summary: "<b>sleep 300</b>", computer_id: computerId }]
+        }
+      }
+      // The periodic refresh (computer_list has none of these yet) replaces them within seconds:
+      // the host sends the result again until all three are seen together.
+      await until("the pool, the warning and the activity", async () => {
+        await page.evaluate((r) => window.dashboardHost!.sendToolResult(r), result)
+        await sleep(200)
+        return [await text(tid("pool")), await text(`${row(computerId)} ${tid("computer-warning")}`), await text(tid("activity-entry"))]
+      }, ([pool, shown, activity]) =>
+        pool === "pool 2/4 ready · 1 starting · 1 handed out" && shown === warning && activity?.endsWith(`process.start${computerId}: <b>sleep 300</b>`) === true)
+      await screenshot("dashboard-pool-activity.png")
+      // untrusted text stays text
+      assert.strictEqual(await count("img, b"), 0)
+      assert.notStrictEqual(await app.evaluate(() => document.title), "owned")
+      // the next refresh's result has none of them: they are hidden again
+      await until("the refresh to hide them", async () => [
+        await app.locator(tid("pool")).isHidden(),
+        await app.locator(tid("activity")).isHidden(),
+        await app.locator(`${row(computerId)} ${tid("computer-warning")}`).isHidden()
+      ], (hidden) => hidden.every(Boolean))
+    }, 60_000)
 
     it("follows the host's theme", async () => {
       assert.strictEqual(await app.evaluate(() => document.documentElement.dataset.theme), "light")
@@ -206,8 +261,9 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
     it("ignores messages that do not come from its host", async () => {
       const before = relayed.length
       const ignoredBefore = Number(await app.evaluate(() => document.documentElement.getAttribute("data-ignored-messages") ?? "0"))
-      // a sibling frame of another (opaque) origin forges host messages to the app, and app messages to the host
-      await page.evaluate((target) => window.dashboardHost!.addForeignFrame(target), computerId)
+      // two sibling frames, one of an opaque origin and one of the host's own origin, forge host
+      // messages to the app (303 each) and app messages to the host
+      await page.evaluate((target) => window.dashboardHost!.addForeignFrames(target), computerId)
       // the app's own window posting to itself is not its host either
       await app.evaluate(() =>
         window.postMessage({
@@ -219,9 +275,9 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       const ignored = await until(
         "the forged messages to be dropped",
         () => app.evaluate(() => Number(document.documentElement.getAttribute("data-ignored-messages") ?? "0")),
-        (n) => n >= ignoredBefore + 304
+        (n) => n >= ignoredBefore + 607
       )
-      assert.isAtLeast(ignored, ignoredBefore + 304)
+      assert.isAtLeast(ignored, ignoredBefore + 607)
       await sleep(5_000) // more than one refresh period
       assert.strictEqual(await count(`${tid("computer-row")}[data-computer-id^="forged"]`), 0)
       assert.strictEqual(await count(row(computerId)), 1)
@@ -234,6 +290,24 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       assert.isAbove(since.length, 0, "the app kept refreshing")
       assert.isFalse(await page.evaluate(() => window.dashboardHost!.calls.some((c) => c.name === "computer_delete")))
     }, 30_000)
+
+    it("factory-resets a computer after an in-page confirmation", async () => {
+      const written = await server.call("file_write", { path: "marker.txt", content: "before reset", computer_id: computerId, temporary: false })
+      assert.isFalse(written.isError, written.text)
+      await app.click(`${row(computerId)} ${tid("computer-reset")}`)
+      await app.locator(tid("confirm-dialog")).waitFor({ state: "visible" })
+      assert.include(await text(tid("confirm-text")), `Factory-reset '${computerId}'?`)
+      await app.click(tid("confirm-ok"))
+      await until("the reset call", async () => relayed.some((c) => c.name === "computer_factory_reset"), (v) => v)
+      assert.deepInclude(relayed, { name: "computer_factory_reset", args: { computer_id: computerId } })
+      // the row's buttons, disabled before the call went out, come back when it has finished
+      await until("the reset to finish", () => app.locator(`${row(computerId)} ${tid("computer-reset")}`).isEnabled(), (v) => v, 60_000)
+      await until("the computer to be running again", () => text(`${row(computerId)} ${tid("computer-state")}`), (s) => s === "running")
+      assert.isTrue(await app.locator(tid("error")).isHidden(), `no error shown: ${await text(tid("error-text"))}`)
+      const read = await server.call("file_read", { path: "marker.txt", computer_id: computerId, temporary: false })
+      assert.isTrue(read.isError, `the file survived the reset: ${read.text}`)
+      assert.match(read.text, /no such file|not found|does not exist/i)
+    }, 90_000)
 
     it("deletes a computer after an in-page confirmation", async () => {
       await app.click(`${row(computerId)} ${tid("computer-delete")}`)
@@ -262,6 +336,8 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(chromiumPath), `bubbl
       await sleep(5_000)
       assert.strictEqual(relayed.length, after, "no tool calls after teardown")
       assert.deepEqual(pageErrors, [])
+      // the browser fetched the host page and its script, nothing for the app
+      assert.deepEqual(requests.filter((url) => !url.startsWith(`${origin}/`)), [])
     }, 30_000)
   }
 )

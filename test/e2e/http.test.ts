@@ -106,8 +106,8 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
       assert.notInclude(b.structured.stdout, "note.txt")
       const spawned = await one.call("spawn", { command: "sleep 60", background: true })
       const psTwo = await two.call("ps", {})
-      assert.isFalse(psTwo.structured.processes.some((p: any) => p.id === spawned.structured.id))
-      const steal = await two.call("kill", { id: spawned.structured.id })
+      assert.isFalse(psTwo.structured.processes.some((p: any) => p.pid === spawned.structured.pid))
+      const steal = await two.call("kill", { id: spawned.structured.pid })
       assert.isTrue(steal.isError)
       const read = await two.call("file_read", { computer_id: a.structured.computer_id, path: "note.txt" })
       assert.isTrue(read.isError)
@@ -136,19 +136,19 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
         CallToolResultSchema,
         { onprogress: (p) => progress.push(p) }
       )
-      assert.strictEqual((slow.structuredContent as any).status, "exited")
+      assert.strictEqual((slow.structuredContent as any).status, "terminated")
       assert.isAtLeast(progress.length, 1)
       const bg = await call("spawn", { command: "sleep 30", background: true })
       const controller = new AbortController()
       const pending = client.request(
-        { method: "tools/call", params: { name: "wait", arguments: { id: bg.structured.id, timeoutMs: 30_000 } } },
+        { method: "tools/call", params: { name: "wait", arguments: { id: bg.structured.pid, timeoutMs: 30_000 } } },
         CallToolResultSchema,
         { signal: controller.signal }
       )
       setTimeout(() => controller.abort(), 300)
       assert.strictEqual(await pending.then(() => "resolved", () => "rejected"), "rejected")
       const running = await call("ps", { status: "running" })
-      assert.isTrue(running.structured.processes.some((p: any) => p.id === bg.structured.id))
+      assert.isTrue(running.structured.processes.some((p: any) => p.pid === bg.structured.pid))
       await close()
     } finally {
       await server.stop()
@@ -173,11 +173,32 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
       assert.include(used.body, "vanished")
       assert.strictEqual(computersOnDisk(server.stateDir).length, 2)
       assert.isTrue(await waitFor(() => computersOnDisk(server.stateDir).length === 0, 15_000), "both temporary computers removed")
-      const health = await (await fetch(`http://127.0.0.1:${server.port}/healthz`)).json()
-      assert.strictEqual(health.sessions, 0)
+      assert.deepStrictEqual(await (await fetch(`http://127.0.0.1:${server.port}/healthz`)).json(), { status: "ok" })
+      assert.match(server.stderr(), new RegExp(`closing MCP session ${sessionId}: idle`))
       const expired = await rawPost(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, { jsonrpc: "2.0", id: 3, method: "tools/list" })
       assert.strictEqual(expired.status, 404)
       await polite.client.close().catch(() => undefined)
+    } finally {
+      await server.stop()
+    }
+  }, 60_000)
+
+  it("a session whose call was cancelled is closed once idle like any other", async () => {
+    const server = await startHttpServer(["--backend", "host", "--session-timeout", "2"])
+    try {
+      const { call, client } = await connect(server.url)
+      const bg = await call("spawn", { command: "sleep 30", background: true })
+      const controller = new AbortController()
+      const pending = client.request(
+        { method: "tools/call", params: { name: "wait", arguments: { id: bg.structured.pid, timeoutMs: 30_000 } } },
+        CallToolResultSchema,
+        { signal: controller.signal }
+      )
+      setTimeout(() => controller.abort(), 300)
+      assert.strictEqual(await pending.then(() => "resolved", () => "rejected"), "rejected")
+      assert.isTrue(await waitFor(() => /closing MCP session [0-9a-f-]+: idle/.test(server.stderr()), 15_000), server.stderr())
+      assert.isTrue(await waitFor(() => computersOnDisk(server.stateDir).length === 0, 10_000))
+      await client.close().catch(() => undefined)
     } finally {
       await server.stop()
     }
@@ -198,7 +219,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
   }, 60_000)
 
   it("answers every call of 50 concurrent sessions and leaks nothing", async () => {
-    const server = await startHttpServer(["--backend", "host"])
+    const server = await startHttpServer(["--backend", "host", "--log-level", "debug"])
     try {
       const results = await Promise.all(Array.from({ length: 50 }, async (_, i) => {
         const { call, close } = await connect(server.url)
@@ -207,7 +228,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
           const exec = await call("sandbox_exec", { command: `echo s${i}-r${round}` })
           outputs.push(exec.structured.stdout)
           const bg = await call("spawn", { command: `sleep 0.2; echo bg${i}`, timeoutMs: 5_000 })
-          outputs.push(bg.structured.stdout.text)
+          outputs.push(bg.structured.stdout)
         }
         await close()
         return outputs
@@ -215,10 +236,8 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
       results.forEach((outputs, i) => {
         assert.deepStrictEqual(outputs, [0, 1, 2, 3].flatMap((round) => [`s${i}-r${round}\n`, `bg${i}\n`]))
       })
-      assert.isTrue(await waitFor(async () => {
-        const health = await (await fetch(`http://127.0.0.1:${server.port}/healthz`)).json()
-        return health.sessions === 0 && computersOnDisk(server.stateDir).length === 0
-      }, 20_000), "no session and no computer left")
+      const ended = () => server.stderr().match(/MCP session [0-9a-f-]+ ended/g)?.length ?? 0
+      assert.isTrue(await waitFor(() => ended() === 50 && computersOnDisk(server.stateDir).length === 0, 20_000), "no session and no computer left")
       const left = (await processesWith(server.stateDir)).filter((pid) => pid !== server.child.pid)
       assert.deepStrictEqual(left, [], "no sandbox left")
     } finally {

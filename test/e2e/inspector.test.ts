@@ -49,8 +49,8 @@ describeIf(bwrapWorks && existsSync(binPath) && existsSync(inspectorCli), "bubbl
       const listed = await inspector([server.url, "--transport", "http", "--method", "tools/list"])
       assert.include(listed.tools.map((t: any) => t.name), "sandbox_exec")
       const called = await inspector([server.url, "--transport", "http", "--method", "tools/call", "--tool-name", "spawn", "--tool-arg", "command=echo via-http"])
-      assert.strictEqual(called.structuredContent.status, "exited")
-      assert.strictEqual(called.structuredContent.stdout.text, "via-http\n")
+      assert.strictEqual(called.structuredContent.status, "terminated")
+      assert.strictEqual(called.structuredContent.stdout, "via-http\n")
     } finally {
       await server.stop()
     }

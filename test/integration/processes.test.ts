@@ -3,7 +3,7 @@ import { Duration, Effect } from "effect"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import * as HostBackend from "../../src/layers/backends/HostBackend.js"
+import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import * as Runtime from "../../src/layers/Runtime.js"
 import { Processes } from "../../src/services/Processes.js"
 import { Settings, type SettingsShape } from "../../src/services/Settings.js"
@@ -23,8 +23,8 @@ const withProcesses = <A, E>(
 
 const waitUntil = (processes: Processes["Type"], id: string, pattern: string, timeoutMs = 10_000) =>
   Effect.gen(function*() {
-    const result = yield* processes.wait({ id, pattern, timeoutMs })
-    assert.strictEqual(result.reason, "matched", `waiting for /${pattern}/ in ${id}`)
+    const result = yield* processes.wait("t", { id, pattern, timeoutMs })
+    assert.strictEqual(result.outcome, "matched", `waiting for /${pattern}/ in ${id}`)
   })
 
 describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
@@ -34,33 +34,36 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
         const ok = yield* processes.spawn("t", { command: "exit 0" })
         assert.strictEqual(ok.exitCode, 0)
         const failed = yield* processes.spawn("t", { command: "echo 'fatal: no such thing' >&2; exit 128" })
-        assert.strictEqual(failed.status, "exited")
+        assert.strictEqual(failed.status, "terminated")
         assert.strictEqual(failed.exitCode, 128)
-        assert.strictEqual(failed.stderr.text, "fatal: no such thing\n")
+        assert.strictEqual(failed.stderr, "fatal: no such thing\n")
         const missing = yield* processes.spawn("t", { command: "definitely-not-a-command" })
         assert.strictEqual(missing.exitCode, 127)
-        assert.match(missing.stderr.text, /not found/)
+        assert.match(missing.stderr, /not found/)
         // still readable later, from ps and stdout
-        const read = yield* processes.read(failed.id, {})
-        assert.strictEqual(read.stderr.text, "fatal: no such thing\n")
+        const read = yield* processes.read("t", { id: failed.pid })
+        assert.strictEqual(read.stderr, "fatal: no such thing\n")
+        const listed = (yield* processes.list("t", { status: "all" })).processes.find((p) => p.pid === failed.pid)
+        assert.strictEqual(listed?.exitCode, 128)
       })
     ))
 
   it.live("a python REPL on a TTY, driven through stdin and read through stdout", () =>
     withProcesses((processes) =>
       Effect.gen(function*() {
-        const { id } = yield* processes.spawn("t", { command: "python3 -q", tty: true, background: true })
+        const { pid: id } = yield* processes.spawn("t", { command: "python3 -q", tty: true, background: true })
         yield* waitUntil(processes, id, ">>> ")
-        yield* processes.stdin(id, "x = 6 * 7\\r", false)
-        yield* processes.stdin(id, "print(f'answer={x}')\\r", false)
+        yield* processes.stdin("t", { id, input: "x = 6 * 7\\r" })
+        yield* processes.stdin("t", { id, input: "print(f'answer={x}')\\r" })
         yield* waitUntil(processes, id, "answer=42")
-        const view = yield* processes.read(id, {})
-        assert.match(view.screen!.text, /^>>> x = 6 \* 7$/m)
-        assert.match(view.screen!.text, /^answer=42$/m)
-        assert.isFalse(view.screen!.alternateScreen)
-        yield* processes.stdin(id, "exit()\\r", false)
-        const done = yield* processes.wait({ id, timeoutMs: 10_000 })
-        assert.strictEqual(done.reason, "exited")
+        const view = yield* processes.read("t", { id })
+        assert.match(view.stdout, /^>>> x = 6 \* 7$/m)
+        assert.match(view.stdout, /^answer=42$/m)
+        assert.isDefined(view.screen)
+        assert.isUndefined(view.screen!.alternateScreen)
+        yield* processes.stdin("t", { id, input: "exit()\\r" })
+        const done = yield* processes.wait("t", { id, timeoutMs: 10_000 })
+        assert.strictEqual(done.outcome, "exited")
         assert.strictEqual(done.exitCode, 0)
       })
     ))
@@ -69,18 +72,18 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
     withProcesses((processes) =>
       Effect.gen(function*() {
         yield* processes.exec("t", { command: "seq 1 5000 > long.txt" })
-        const { id } = yield* processes.spawn("t", { command: "less long.txt", tty: true, background: true, rows: 20 })
+        const { pid: id } = yield* processes.spawn("t", { command: "less long.txt", tty: true, background: true, rows: 20 })
         yield* waitUntil(processes, id, "long\\.txt")
-        const first = yield* processes.read(id, {})
+        const first = yield* processes.read("t", { id })
         assert.isTrue(first.screen!.alternateScreen)
-        assert.match(first.screen!.text, /^1\n2\n3\n/)
-        yield* processes.stdin(id, " ", false)
+        assert.match(first.stdout, /^1\n2\n3\n/)
+        yield* processes.stdin("t", { id, input: " " })
         yield* Effect.sleep(Duration.millis(300))
-        const paged = yield* processes.read(id, {})
-        assert.match(paged.screen!.text, /^20$/m)
-        yield* processes.stdin(id, "q", false)
-        const done = yield* processes.wait({ id, timeoutMs: 10_000 })
-        assert.strictEqual(done.reason, "exited")
+        const paged = yield* processes.read("t", { id })
+        assert.match(paged.stdout, /^20$/m)
+        yield* processes.stdin("t", { id, input: "q" })
+        const done = yield* processes.wait("t", { id, timeoutMs: 10_000 })
+        assert.strictEqual(done.outcome, "exited")
         assert.strictEqual(done.exitCode, 0)
       })
     ))
@@ -88,10 +91,10 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
   it.live("vim edits a file and writes it", () =>
     withProcesses((processes) =>
       Effect.gen(function*() {
-        const { id } = yield* processes.spawn("t", { command: "vim -u NONE -N notes.txt", tty: true, background: true })
+        const { pid: id } = yield* processes.spawn("t", { command: "vim -u NONE -N notes.txt", tty: true, background: true })
         yield* waitUntil(processes, id, "notes\\.txt")
-        yield* processes.stdin(id, "ihello from vim\\e:wq\\r", false)
-        const done = yield* processes.wait({ id, timeoutMs: 10_000 })
+        yield* processes.stdin("t", { id, input: "ihello from vim\\e:wq\\r" })
+        const done = yield* processes.wait("t", { id, timeoutMs: 10_000 })
         assert.strictEqual(done.exitCode, 0)
         const cat = yield* processes.exec("t", { command: "cat notes.txt" })
         assert.strictEqual(cat.stdout, "hello from vim\n")
@@ -101,14 +104,17 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
   it.live("kill reaches the whole tree: no sleep is left alive", () =>
     withProcesses((processes) =>
       Effect.gen(function*() {
-        const { id } = yield* processes.spawn("t", { command: "sh -c 'sleep 300 & sleep 300'", background: true })
+        // A duration no other test uses: the check scans every process of the machine.
+        const marker = `sleep 300.${process.pid}`
+        const { pid: id } = yield* processes.spawn("t", { command: `sh -c '${marker} & ${marker}'`, background: true })
         yield* Effect.sleep(Duration.millis(200))
-        const before = yield* Effect.promise(() => processesWith("sleep 300"))
+        const before = yield* Effect.promise(() => processesWith(marker))
         assert.isAtLeast(before.length, 2)
-        const killed = yield* processes.kill(id)
-        assert.strictEqual(killed.status, "killed")
-        assert.strictEqual(killed.exitSignal, "SIGTERM")
-        const gone = yield* Effect.promise(() => waitFor(async () => (await processesWith("sleep 300")).length === 0))
+        const killed = yield* processes.kill("t", { id })
+        assert.strictEqual(killed.status, "terminated")
+        assert.strictEqual(killed.sent, "SIGTERM")
+        assert.strictEqual(killed.signal, "SIGTERM")
+        const gone = yield* Effect.promise(() => waitFor(async () => (await processesWith(marker)).length === 0))
         assert.isTrue(gone, "both sleeps are gone")
       })
     ))
@@ -124,10 +130,12 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
         const result = yield* processes.spawn("t", { command: "head -c 200000000 /dev/urandom", timeoutMs: 60_000 }).pipe(
           Effect.ensuring(Effect.sync(() => clearInterval(sampler)))
         )
-        assert.strictEqual(result.status, "exited")
-        assert.strictEqual(result.stdout.total, 200_000_000)
-        assert.isAtMost(result.stdout.text.length, 64 * 1024)
-        assert.isAbove(result.stdout.omitted, 199_000_000)
+        assert.strictEqual(result.status, "terminated")
+        assert.strictEqual(result.exitCode, 0)
+        assert.isAtMost(result.stdout.length, 64 * 1024)
+        assert.isAbove(result.omitted?.stdout ?? 0, 199_000_000)
+        const rest = yield* processes.read("t", { id: result.pid, stdoutCursor: 0, maxBytes: 1024 })
+        assert.isAbove(rest.omitted?.stdout ?? 0, 199_000_000, "the whole output is still counted")
         const growth = (peak - before) / (1024 * 1024)
         assert.isBelow(growth, 128, `RSS grew by ${growth.toFixed(1)} MiB`)
       })
@@ -141,10 +149,10 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
           (i) => processes.spawn("t", { command: `sleep 1; echo done-${i}`, background: true }),
           { concurrency: "unbounded" }
         )
-        const results = yield* Effect.forEach(started, ({ id }) => processes.wait({ id, timeoutMs: 30_000 }), { concurrency: "unbounded" })
-        assert.isTrue(results.every((r) => r.reason === "exited" && r.exitCode === 0))
-        const outputs = yield* Effect.forEach(started, ({ id }) => processes.read(id, {}))
-        assert.deepStrictEqual(outputs.map((o) => o.stdout.text), started.map((_, i) => `done-${i}\n`))
+        const results = yield* Effect.forEach(started, ({ pid }) => processes.wait("t", { id: pid, timeoutMs: 30_000 }), { concurrency: "unbounded" })
+        assert.isTrue(results.every((r) => r.outcome === "exited" && r.exitCode === 0))
+        const outputs = yield* Effect.forEach(started, ({ pid }) => processes.read("t", { id: pid }))
+        assert.deepStrictEqual(outputs.map((o) => o.stdout), started.map((_, i) => `done-${i}\n`))
       }), { maxFinished: 200 }), 60_000)
 
   it.live("sandbox_exec keeps head and tail of output over the limit and marks the cut", () =>
@@ -155,22 +163,26 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
         assert.isTrue(result.truncated)
         assert.isTrue(result.stdout.startsWith("FIRST\n"))
         assert.isTrue(result.stdout.endsWith("LAST\n"))
-        assert.isAtMost(Buffer.byteLength(result.stdout), 100_000 + 200)
-        assert.match(result.stdout, /bytes omitted/)
-        assert.match(result.stderr, /over the 100000-byte limit/)
+        assert.isAtMost(Buffer.byteLength(result.stdout), 24 * 1024 + 200)
+        // The marker stands on its own line: `\n[… N bytes omitted …]\n` between head and tail.
+        const omitted = /\n\[… (\d+) bytes omitted …\]\n/.exec(result.stdout)
+        assert.isNotNull(omitted)
+        assert.strictEqual(Buffer.byteLength(result.stdout.replace(omitted![0], "")) + Number(omitted![1]), 6 + 300_000 + 1 + 5, "the marker is exact")
+        assert.match(result.stderr, /output was 300012 bytes of stdout/)
         assert.strictEqual(result.stdout_bytes, 6 + 300_000 + 1 + 5)
+        assert.isDefined(result.pid, "the rest can be read through stdout")
       }), { outputLimit: 100_000 }))
 
   it.live("wait returns when output goes quiet", () =>
     withProcesses((processes) =>
       Effect.gen(function*() {
-        const { id } = yield* processes.spawn("t", { command: "echo a; sleep 0.2; echo b; sleep 30", background: true })
-        const quiet = yield* processes.wait({ id, quietMs: 500, timeoutMs: 10_000 })
-        assert.strictEqual(quiet.reason, "quiet")
+        const { pid: id } = yield* processes.spawn("t", { command: "echo a; sleep 0.2; echo b; sleep 30", background: true })
+        const quiet = yield* processes.wait("t", { id, quietMs: 500, timeoutMs: 10_000 })
+        assert.strictEqual(quiet.outcome, "quiet")
         assert.isBelow(quiet.waitedMs, 5_000)
-        const out = yield* processes.read(id, {})
-        assert.strictEqual(out.stdout.text, "a\nb\n")
-        yield* processes.kill(id, "SIGKILL")
+        const out = yield* processes.read("t", { id, stdoutCursor: 0 })
+        assert.strictEqual(out.stdout, "a\nb\n")
+        yield* processes.kill("t", { id, signal: "SIGKILL" })
       })
     ))
 

@@ -8,7 +8,8 @@ import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..")
-export const binPath = join(root, "dist", "src", "cli", "bin.js")
+/** The CLI under test: this checkout's build, or an installed copy (`npm run test:package` sets KILNTAINERS_TEST_BIN). */
+export const binPath = process.env.KILNTAINERS_TEST_BIN ?? join(root, "dist", "bin", "kilntainers.mjs")
 
 export interface Harness {
   readonly client: Client

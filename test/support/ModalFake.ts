@@ -1,275 +1,509 @@
 /**
- * A fake Modal for the Modal backend's tests: a ModalGatewayService whose sandboxes really run
- * commands. A sandbox is one long-lived bubblewrap (`sleep infinity` as its main process) with its
- * own pid, ipc, uts (and, with blockNetwork, net) namespaces; every exec enters those namespaces
- * with `nsenter`, so the execs of one sandbox see each other's processes like on Modal.
+ * A fake Modal: a local gRPC server that speaks Modal's control-plane service
+ * (`modal.client.ModalClient`) and its per-task command router (`modal.task_command_router.
+ * TaskCommandRouter`) from the vendored protos (test/support/contracts/modal/). The backend's tests
+ * drive the **real** `modal@0.11.1` SDK against it — `client()` builds a `ModalClient` whose
+ * profile points at this server — so the SDK's own checks (names, exec argument size, env keys),
+ * middleware (auth token, retries, timeouts) and stream semantics (locked stdin writer, offset-based
+ * stdio reads) all run. Sandboxes really run commands (ModalFakeSandbox.ts).
  *
- * Layout of a sandbox: /usr, /etc read-only (bin/lib symlinks as on merged-usr hosts), a fresh /proc
- * and /dev, /home/agent = `<root>/<sandbox id>/home` and /tmp = `<root>/<sandbox id>/tmp` (both
- * private to the sandbox and persistent while it runs), nothing else of the host.
- *
- * Modelled from Modal: names unique among running sandboxes (AlreadyExists), fromName/list see only
- * running ones, tags, `timeoutMs` ends the sandbox, terminate, exec with pipes, or with a PTY made
- * inside the sandbox by `script` (80x24, TERM=xterm-256color, all output on stdout), exec env added
- * to the sandbox's own. Faults: `fail(operation)` makes the next calls of an operation fail with a
- * provider error, `hang(operation)` makes them never answer, `terminateFromOutside(name)` kills a
- * sandbox behind the backend's back.
+ * Modelled from Modal:
+ * - auth: AuthTokenGet checks the token id/secret; every other call needs the issued token; the
+ *   router needs the JWT handed out with its URL;
+ * - sandboxes: V2 (the SDK's default) and V1 (the SDK uses V1 when a GPU is asked for, and then
+ *   waits for scheduling); names ≤ 64 characters of [A-Za-z0-9-_.], unique among the App's live
+ *   sandboxes (ALREADY_EXISTS); timeouts ≤ 24 h; tags; `SandboxList` pages by `before_timestamp`;
+ *   `SandboxWait` is a long poll; results are TERMINATED (137), TIMEOUT (124) or the exit code;
+ * - scheduling: `schedulingDelayMs` keeps a new sandbox pending (no task) that long;
+ * - execs: argv over 128 KiB in total is refused (Modal's measured ARG_MAX), env from the request's
+ *   secret sources, PTY made by `script` (80x24, TERM=xterm-256color, all output on stdout).
+ * Faults: `fail(method, …)` makes the next calls of an RPC fail with a status, `hang(method)` makes
+ * them never answer, `terminateFromOutside(name)` ends a sandbox behind the backend's back.
  */
-import { Effect, Option, Stream } from "effect"
-import { type ChildProcess, spawn, spawnSync } from "node:child_process"
-import { lstatSync, mkdirSync, mkdtempSync, readlinkSync, rmSync } from "node:fs"
+import type { Metadata, sendUnaryData, ServerUnaryCall, ServerWritableStream } from "@grpc/grpc-js"
+import { Server, ServerCredentials, status } from "@grpc/grpc-js"
+import { ModalClient, type ModalClientParams } from "modal"
+import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type {
-  CreateSandboxRequest,
-  ExecHandle,
-  ExecRequest,
-  ModalGatewayService,
-  SandboxHandle
-} from "../../src/layers/backends/ModalGateway.js"
-import { ModalGatewayError } from "../../src/layers/backends/ModalGateway.js"
+import type { ModalBackendOptions } from "../../src/layers/backends/modal/ModalOptions.js"
+import { serviceDefinition } from "./contracts/modal/ModalSchema.js"
+import { type ExitStatus, FakeExec, SANDBOX_ENV, type SandboxProcess, startSandbox } from "./ModalFakeSandbox.js"
 
-export type Operation = "create" | "fromName" | "list" | "exec" | "terminate" | "tags" | "wait"
+export { fakeWorks } from "./ModalFakeSandbox.js"
 
-const SANDBOX_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root", LANG: "C.UTF-8" }
+type Req = Record<string, any>
 
-/** bubblewrap and nsenter work here (the fake needs both). */
-export const fakeWorks = (() => {
-  const bwrap = spawnSync("bwrap", ["--ro-bind", "/", "/", "--unshare-pid", "--dev", "/dev", "true"], { stdio: "ignore" })
-  const nsenter = spawnSync("nsenter", ["--version"], { stdio: "ignore" })
-  return bwrap.status === 0 && nsenter.status === 0
-})()
+const GENERIC = { SUCCESS: 1, TERMINATED: 3, TIMEOUT: 4 } as const
+const ARG_MAX = 131072
+const NAME = /^[a-zA-Z0-9\-_.]+$/
 
-const rootfsArgs = (): Array<string> => {
-  const args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-  for (const name of ["bin", "lib", "lib64", "sbin"]) {
-    try {
-      const stat = lstatSync(`/${name}`)
-      if (stat.isSymbolicLink()) args.push("--symlink", readlinkSync(`/${name}`), `/${name}`)
-      else if (stat.isDirectory()) args.push("--ro-bind", `/${name}`, `/${name}`)
-    } catch {
-      // absent
-    }
+class Fault extends Error {
+  constructor(readonly code: status, readonly details: string) {
+    super(details)
   }
-  return args
 }
 
-interface FakeSandbox {
+const alnum = (n: number) => {
+  const chars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+  return Array.from(randomBytes(n), (b) => chars[b % chars.length]).join("")
+}
+const jwt = (claims: object) =>
+  [{ alg: "none", typ: "JWT" }, claims].map((part) => Buffer.from(JSON.stringify(part)).toString("base64url")).join(".") + ".fake"
+
+export interface FakeSandbox {
   readonly sandboxId: string
-  readonly name: string
-  readonly appName: string
-  readonly request: CreateSandboxRequest
-  tags: Record<string, string>
-  readonly process: ChildProcess
-  pid: number | undefined
-  exitCode: number | null
-  readonly ended: Promise<number>
-  readonly dir: string
-  readonly timer: NodeJS.Timeout
+  readonly version: "V1" | "V2"
+  readonly appId: string
+  readonly name: string | undefined
+  readonly tags: Record<string, string>
+  readonly definition: Req
+  readonly createdAt: number
+  state: "pending" | "running" | "finished"
+  taskId: string | undefined
+  result: Req | undefined
+  process: SandboxProcess | undefined
+  readonly execs: Map<string, FakeExec>
+  readonly finished: Promise<void>
+  finish: (result: Req) => void
 }
 
-export class ModalFake implements ModalGatewayService {
+export interface ModalFakeOptions {
+  readonly tokenId?: string
+  readonly tokenSecret?: string
+  /** How long a new sandbox stays pending before it gets a task (default 0). */
+  readonly schedulingDelayMs?: number
+  /** Sandboxes per SandboxList page (default 2, so that paging is exercised). */
+  readonly listPageSize?: number
+}
+
+/** What `calls` records of each RPC. */
+export interface Call {
+  readonly method: string
+  readonly request: Req
+}
+
+export class ModalFake {
   readonly root = mkdtempSync(join(tmpdir(), "kt-modal-fake-"))
   readonly sandboxes = new Map<string, FakeSandbox>()
-  /** Every create request, in order. */
-  readonly created: Array<CreateSandboxRequest> = []
-  private readonly failing = new Map<Operation, { detail: string; times: number }>()
-  private readonly hanging = new Set<Operation>()
-  private counter = 0
+  /** Every RPC, in order (method name and decoded request). */
+  readonly calls: Array<Call> = []
+  readonly tokenId: string
+  readonly tokenSecret: string
+  schedulingDelayMs: number
+  private readonly listPageSize: number
+  private readonly apps = new Map<string, string>()
+  private readonly failing = new Map<string, { code: status; details: string; times: number }>()
+  private readonly hanging = new Set<string>()
+  private readonly authToken = jwt({ exp: Math.floor(Date.now() / 1000) + 3600 })
+  private readonly routerJwt = jwt({ exp: Math.floor(Date.now() / 1000) + 3600 })
+  private lastCreatedAt = 0
+  private server!: Server
+  port = 0
 
-  /** The next `times` calls of the operation fail with a provider error. */
-  fail(operation: Operation, detail = "INTERNAL: the Modal control plane is unavailable", times = 1) {
-    this.failing.set(operation, { detail, times })
+  private constructor(options: ModalFakeOptions) {
+    this.tokenId = options.tokenId ?? "ak-fake-token-id"
+    this.tokenSecret = options.tokenSecret ?? "as-fake-token-secret"
+    this.schedulingDelayMs = options.schedulingDelayMs ?? 0
+    this.listPageSize = options.listPageSize ?? 2
   }
 
-  /** Calls of the operation never answer (until `unhang`). */
-  hang(operation: Operation) {
-    this.hanging.add(operation)
+  static async start(options: ModalFakeOptions = {}): Promise<ModalFake> {
+    const fake = new ModalFake(options)
+    fake.server = new Server()
+    fake.server.addService(serviceDefinition("modal.client.ModalClient"), fake.controlPlane())
+    fake.server.addService(serviceDefinition("modal.task_command_router.TaskCommandRouter"), fake.router())
+    fake.port = await new Promise<number>((resolve, reject) =>
+      fake.server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, port) => (error ? reject(error) : resolve(port)))
+    )
+    return fake
   }
 
-  unhang(operation: Operation) {
-    this.hanging.delete(operation)
+  /** The control plane's address, as MODAL_SERVER_URL. */
+  get url() {
+    return `http://127.0.0.1:${this.port}`
   }
 
-  /** Kills the running sandbox of that name as if someone terminated it in Modal's dashboard. */
+  /** A real SDK client whose profile points at this fake (the SDK reads MODAL_SERVER_URL when constructed). */
+  client(params: ModalClientParams = {}): ModalClient {
+    const saved = process.env["MODAL_SERVER_URL"]
+    process.env["MODAL_SERVER_URL"] = this.url
+    try {
+      return new ModalClient({ tokenId: this.tokenId, tokenSecret: this.tokenSecret, logger: quietLogger, ...params })
+    } finally {
+      if (saved === undefined) delete process.env["MODAL_SERVER_URL"]
+      else process.env["MODAL_SERVER_URL"] = saved
+    }
+  }
+
+  /** The next `times` calls of the RPC fail with this status. */
+  fail(method: string, details = "the Modal control plane is unavailable", code: status = status.RESOURCE_EXHAUSTED, times = 1) {
+    this.failing.set(method, { code, details, times })
+  }
+
+  /** Calls of the RPC never answer (until `unhang`). */
+  hang(method: string) {
+    this.hanging.add(method)
+  }
+
+  unhang(method: string) {
+    this.hanging.delete(method)
+  }
+
+  /** Calls of an RPC so far. */
+  callsOf(method: string): Array<Req> {
+    return this.calls.filter((call) => call.method === method).map((call) => call.request)
+  }
+
+  /** Ends the live sandbox of that name as if someone terminated it in Modal's dashboard. */
   terminateFromOutside(name: string) {
     for (const sandbox of this.sandboxes.values()) {
-      if (sandbox.name === name && sandbox.exitCode === null) sandbox.process.kill("SIGKILL")
+      if (sandbox.name === name && sandbox.state !== "finished") sandbox.finish({ status: GENERIC.TERMINATED, exitcode: 137 })
     }
   }
 
-  /** Names of the running sandboxes. */
+  /** Names of the live (pending or running) sandboxes. */
   running(): Array<string> {
-    return [...this.sandboxes.values()].filter((s) => s.exitCode === null).map((s) => s.name)
+    return [...this.sandboxes.values()].filter((s) => s.state !== "finished").map((s) => s.name ?? s.sandboxId)
   }
 
-  /** Ends every sandbox and removes the fake's files. */
-  shutdown() {
-    for (const sandbox of this.sandboxes.values()) {
-      clearTimeout(sandbox.timer)
-      if (sandbox.exitCode === null) sandbox.process.kill("SIGKILL")
-    }
+  /** The live sandbox of that name. */
+  named(name: string): FakeSandbox | undefined {
+    return [...this.sandboxes.values()].find((s) => s.name === name && s.state !== "finished")
+  }
+
+  async close() {
+    for (const sandbox of this.sandboxes.values()) sandbox.finish({ status: GENERIC.TERMINATED, exitcode: 137 })
+    await new Promise<void>((resolve) => this.server.tryShutdown(() => resolve()))
+    this.server.forceShutdown()
     rmSync(this.root, { recursive: true, force: true })
   }
 
-  private guard<A>(operation: Operation, effect: Effect.Effect<A, ModalGatewayError>): Effect.Effect<A, ModalGatewayError> {
-    return Effect.suspend(() => {
-      if (this.hanging.has(operation)) return Effect.never
-      const failure = this.failing.get(operation)
-      if (failure !== undefined) {
-        if (--failure.times <= 0) this.failing.delete(operation)
-        return Effect.fail(new ModalGatewayError({ operation, kind: "Provider", detail: failure.detail }))
+  // ---- plumbing ---------------------------------------------------------------------------------
+
+  private guard(method: string, metadata: Metadata, request: Req, router: boolean) {
+    this.calls.push({ method, request })
+    if (router) {
+      if (metadata.get("authorization")[0] !== `Bearer ${this.routerJwt}`) throw new Fault(status.UNAUTHENTICATED, "invalid router token")
+    } else if (method === "AuthTokenGet") {
+      if (metadata.get("x-modal-token-id")[0] !== this.tokenId || metadata.get("x-modal-token-secret")[0] !== this.tokenSecret) {
+        throw new Fault(status.UNAUTHENTICATED, "Token ID or secret is invalid")
       }
-      return effect
-    })
-  }
-
-  private runningNamed(appName: string, name: string) {
-    return [...this.sandboxes.values()].find((s) => s.appName === appName && s.name === name && s.exitCode === null)
-  }
-
-  readonly create = (request: CreateSandboxRequest) =>
-    this.guard("create", Effect.gen(this, function*() {
-      if (this.runningNamed(request.appName, request.name) !== undefined) {
-        return yield* new ModalGatewayError({
-          operation: "create",
-          kind: "AlreadyExists",
-          detail: `Sandbox with name '${request.name}' already exists`
-        })
-      }
-      this.created.push(request)
-      const sandboxId = `sb-fake${++this.counter}-${process.pid}`
-      const dir = join(this.root, sandboxId)
-      mkdirSync(join(dir, "home"), { recursive: true })
-      mkdirSync(join(dir, "tmp"), { recursive: true })
-      const args = [
-        ...rootfsArgs(),
-        "--proc", "/proc",
-        "--dev", "/dev",
-        "--bind", join(dir, "home"), "/home/agent",
-        "--bind", join(dir, "tmp"), "/tmp",
-        "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-        ...(request.blockNetwork ? ["--unshare-net"] : []),
-        "--hostname", "modal",
-        "--die-with-parent",
-        "--new-session",
-        "--clearenv",
-        "--info-fd", "3",
-        "--", "/bin/sh", "-c", "echo ready; exec sleep infinity"
-      ]
-      const child = spawn("bwrap", args, { stdio: ["ignore", "pipe", "pipe", "pipe"], env: {} })
-      const info = yield* Effect.async<number, ModalGatewayError>((resume) => {
-        let text = ""
-        let stderr = ""
-        let pid: number | undefined
-        let ready = false
-        // The pid is known at fork, the sandbox is set up once its command has started.
-        const settle = () => (pid !== undefined && ready ? resume(Effect.succeed(pid)) : undefined)
-        child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()))
-        child.stdout!.on("data", () => {
-          ready = true
-          settle()
-        })
-        ;(child.stdio[3] as NodeJS.ReadableStream).on("data", (data: Buffer) => {
-          text += data.toString()
-          const match = /"child-pid":\s*(\d+)/.exec(text)
-          if (match) pid = Number(match[1])
-          settle()
-        })
-        child.on("exit", () =>
-          resume(Effect.fail(new ModalGatewayError({ operation: "create", kind: "Provider", detail: `sandbox failed to start: ${stderr}` }))))
-      })
-      let resolveEnded!: (code: number) => void
-      const ended = new Promise<number>((resolve) => (resolveEnded = resolve))
-      const sandbox: FakeSandbox = {
-        sandboxId,
-        name: request.name,
-        appName: request.appName,
-        request,
-        tags: { ...request.tags },
-        process: child,
-        pid: info,
-        exitCode: null,
-        ended,
-        dir,
-        timer: setTimeout(() => child.kill("SIGKILL"), request.timeoutMs)
-      }
-      child.on("exit", (code, signal) => {
-        clearTimeout(sandbox.timer)
-        sandbox.exitCode = code ?? (signal === null ? 0 : 137)
-        resolveEnded(sandbox.exitCode)
-      })
-      this.sandboxes.set(sandboxId, sandbox)
-      return this.handle(sandbox)
-    }))
-
-  readonly fromName = (appName: string, name: string) =>
-    this.guard("fromName", Effect.sync(() => {
-      const found = this.runningNamed(appName, name)
-      return found === undefined ? Option.none<SandboxHandle>() : Option.some(this.handle(found))
-    }))
-
-  readonly list = (appName: string, tags: Readonly<Record<string, string>>) =>
-    this.guard("list", Effect.sync(() =>
-      [...this.sandboxes.values()]
-        .filter((s) => s.appName === appName && s.exitCode === null && Object.entries(tags).every(([k, v]) => s.tags[k] === v))
-        .map((s) => this.handle(s))
-    ))
-
-  readonly close = Effect.void
-
-  private handle(sandbox: FakeSandbox): SandboxHandle {
-    const gone = (operation: string) =>
-      new ModalGatewayError({ operation, kind: "Terminated", detail: `Sandbox ${sandbox.sandboxId} has already finished` })
-    return {
-      sandboxId: sandbox.sandboxId,
-      exec: (request) =>
-        this.guard("exec", Effect.suspend(() => (sandbox.exitCode !== null ? Effect.fail(gone("exec")) : Effect.sync(() => this.exec(sandbox, request))))),
-      tags: this.guard("tags", Effect.sync(() => ({ ...sandbox.tags }))),
-      poll: Effect.sync(() => sandbox.exitCode),
-      wait: this.guard("wait", Effect.promise(() => sandbox.ended)),
-      terminate: this.guard("terminate", Effect.promise(async () => {
-        if (sandbox.exitCode === null) sandbox.process.kill("SIGKILL")
-        await sandbox.ended
-      })),
-      detach: Effect.void
+    } else if (metadata.get("x-modal-auth-token")[0] !== this.authToken) {
+      throw new Fault(status.UNAUTHENTICATED, "missing or invalid auth token")
+    }
+    const failure = this.failing.get(method)
+    if (failure !== undefined) {
+      if (--failure.times <= 0) this.failing.delete(method)
+      throw new Fault(failure.code, failure.details)
     }
   }
 
-  private exec(sandbox: FakeSandbox, request: ExecRequest): ExecHandle {
-    const quote = (value: string) => `'${value.replace(/'/g, `'\\''`)}'`
-    const argv = request.pty
-      ? ["script", "-qfec", `stty rows 24 cols 80; exec ${request.argv.map(quote).join(" ")}`, "/dev/null"]
-      : [...request.argv]
-    const env = { ...SANDBOX_ENV, ...(request.pty ? { TERM: "xterm-256color" } : {}), ...request.env }
-    const child = spawn("nsenter", [
-      "-t", String(sandbox.pid), "-a", "-r",
-      request.workdir === undefined ? "-w" : `--wd=${request.workdir}`,
-      "--", ...argv
-    ], { stdio: ["pipe", "pipe", "pipe"], env })
-    const exited = new Promise<number>((resolve) => {
-      child.on("exit", (code, signal) => resolve(code ?? 128 + (signal === null ? 9 : (signalNumbers[signal] ?? 9))))
-      child.on("error", () => resolve(127))
-    })
-    const stream = (readable: NodeJS.ReadableStream) =>
-      Stream.async<Uint8Array, ModalGatewayError>((emit) => {
-        readable.on("data", (data: Buffer) => void emit.single(new Uint8Array(data)))
-        readable.on("end", () => void emit.end())
-        readable.on("error", () => void emit.end())
+  private unary(method: string, router: boolean, run: (request: Req, call: ServerUnaryCall<Req, Req>) => Req | Promise<Req>) {
+    return (call: ServerUnaryCall<Req, Req>, callback: sendUnaryData<Req>) => {
+      Promise.resolve()
+        .then(() => {
+          this.guard(method, call.metadata, call.request, router)
+          if (this.hanging.has(method)) return new Promise<Req>(() => {})
+          return run(call.request, call)
+        })
+        .then((response) => callback(null, response), (error: unknown) => {
+          const fault = error instanceof Fault ? error : new Fault(status.INTERNAL, String(error))
+          callback({ code: fault.code, details: fault.details })
+        })
+    }
+  }
+
+  private sandbox(sandboxId: string): FakeSandbox {
+    const found = this.sandboxes.get(sandboxId)
+    if (found === undefined) throw new Fault(status.NOT_FOUND, `Sandbox ${sandboxId} not found`)
+    return found
+  }
+
+  private byTask(taskId: string): FakeSandbox {
+    const found = [...this.sandboxes.values()].find((s) => s.taskId === taskId)
+    if (found === undefined || found.state !== "running") throw new Fault(status.NOT_FOUND, `Task ${taskId} not found or finished`)
+    return found
+  }
+
+  private routerAccess() {
+    return { url: `https://127.0.0.1:${this.port}`, jwt: this.routerJwt }
+  }
+
+  // ---- the control plane ------------------------------------------------------------------------
+
+  private create(version: "V1" | "V2", request: Req): FakeSandbox {
+    const definition = request["definition"] ?? {}
+    const appId: string = request["appId"]
+    if (![...this.apps.values()].includes(appId)) throw new Fault(status.NOT_FOUND, `App ${appId} not found`)
+    const name: string | undefined = definition["name"] || undefined
+    if (name !== undefined && (name.length > 64 || !NAME.test(name))) throw new Fault(status.INVALID_ARGUMENT, `Invalid Sandbox name: '${name}'`)
+    if (definition["timeoutSecs"] > 86400) throw new Fault(status.INVALID_ARGUMENT, "timeout must be at most 24 hours")
+    if (name !== undefined && [...this.sandboxes.values()].some((s) => s.appId === appId && s.name === name && s.state !== "finished")) {
+      throw new Fault(status.ALREADY_EXISTS, `Sandbox with name '${name}' already exists`)
+    }
+    const sandboxId = version === "V1" ? `sb-${alnum(22)}` : `sb-v2-${alnum(16)}`
+    let resolveFinished!: () => void
+    const createdAt = Math.max(Date.now() / 1000, this.lastCreatedAt + 0.001)
+    this.lastCreatedAt = createdAt
+    const sandbox: FakeSandbox = {
+      sandboxId,
+      version,
+      appId,
+      name,
+      tags: Object.fromEntries((request["tags"] ?? []).map((t: Req) => [t["tagName"], t["tagValue"]])),
+      definition,
+      createdAt,
+      state: "pending",
+      taskId: undefined,
+      result: undefined,
+      process: undefined,
+      execs: new Map(),
+      finished: new Promise<void>((resolve) => (resolveFinished = resolve)),
+      finish: (result) => {
+        if (sandbox.state === "finished") return
+        sandbox.state = "finished"
+        sandbox.result = result
+        clearTimeout(timer)
+        sandbox.process?.child.kill("SIGKILL")
+        for (const exec of sandbox.execs.values()) exec.child.kill("SIGKILL")
+        resolveFinished()
+      }
+    }
+    const timer = setTimeout(() => sandbox.finish({ status: GENERIC.TIMEOUT, exitcode: 124 }), (definition["timeoutSecs"] || 300) * 1000)
+    this.sandboxes.set(sandboxId, sandbox)
+    return sandbox
+  }
+
+  /** Gives a pending sandbox its task: its bubblewrap runs. */
+  private async schedule(sandbox: FakeSandbox) {
+    if (this.schedulingDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.schedulingDelayMs))
+    if (sandbox.state !== "pending") return
+    const blockNetwork = sandbox.definition["networkAccess"]?.["networkAccessType"] === 2
+    const started = await startSandbox(join(this.root, sandbox.sandboxId), blockNetwork)
+    if (sandbox.state !== "pending") {
+      started.child.kill("SIGKILL")
+      return
+    }
+    sandbox.process = started
+    sandbox.taskId = `ta-${alnum(22)}`
+    sandbox.state = "running"
+    void started.ended.then((code) => sandbox.finish({ status: GENERIC.SUCCESS, exitcode: code }))
+  }
+
+  private wait(sandbox: FakeSandbox, timeoutSecs: number): Promise<Req> {
+    const answer = () => (sandbox.result === undefined ? {} : { result: sandbox.result })
+    if (sandbox.state === "finished" || !(timeoutSecs > 0)) return Promise.resolve(answer())
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(answer()), timeoutSecs * 1000)
+      void sandbox.finished.then(() => {
+        clearTimeout(timer)
+        resolve(answer())
       })
-    child.stdin!.on("error", () => {})
+    })
+  }
+
+  private fromName(version: "V1" | "V2", request: Req): Req {
+    const appId = this.apps.get(request["appName"])
+    const found = [...this.sandboxes.values()].find((s) =>
+      s.version === version && s.appId === appId && s.name === request["sandboxName"] && s.state !== "finished"
+    )
+    if (found === undefined) throw new Fault(status.NOT_FOUND, `Sandbox with name '${request["sandboxName"]}' not found`)
+    return { sandboxId: found.sandboxId }
+  }
+
+  private list(request: Req): Req {
+    const tags: Array<Req> = request["tags"] ?? []
+    const before: number = request["beforeTimestamp"] || Infinity
+    const page = [...this.sandboxes.values()]
+      .filter((s) => (!request["appId"] || s.appId === request["appId"]) && (request["includeFinished"] || s.state !== "finished"))
+      .filter((s) => tags.every((t) => s.tags[t["tagName"]] === t["tagValue"]) && s.createdAt < before)
+      .sort((a, b) => b.createdAt - a.createdAt)
+      .slice(0, this.listPageSize)
+    return { sandboxes: page.map((s) => ({ id: s.sandboxId, createdAt: s.createdAt, appId: s.appId, name: s.name ?? "" })) }
+  }
+
+  private terminate(request: Req): Req {
+    const sandbox = this.sandbox(request["sandboxId"])
+    const existing = sandbox.result
+    sandbox.finish({ status: GENERIC.TERMINATED, exitcode: 137 })
+    return existing === undefined ? {} : { existingResult: existing }
+  }
+
+  private taskId(request: Req): Req {
+    const sandbox = this.sandbox(request["sandboxId"])
     return {
-      stdout: stream(child.stdout!),
-      stderr: stream(child.stderr!),
-      writeStdin: (data) =>
-        Effect.async<void, ModalGatewayError>((resume) => {
-          child.stdin!.write(data, (error) =>
-            resume(error ? Effect.fail(new ModalGatewayError({ operation: "write stdin", kind: "Provider", detail: error.message })) : Effect.void))
-        }),
-      closeStdin: Effect.sync(() => void child.stdin!.end()),
-      wait: Effect.promise(() => exited)
+      ...(sandbox.taskId === undefined ? {} : { taskId: sandbox.taskId }),
+      ...(sandbox.result === undefined ? {} : { taskResult: sandbox.result })
+    }
+  }
+
+  private controlPlane() {
+    const tags = (request: Req) => ({ tags: Object.entries(this.sandbox(request["sandboxId"]).tags).map(([tagName, tagValue]) => ({ tagName, tagValue })) })
+    return {
+      AuthTokenGet: this.unary("AuthTokenGet", false, () => ({ token: this.authToken })),
+      EnvironmentGetOrCreate: this.unary("EnvironmentGetOrCreate", false, () => ({
+        environmentId: "en-fake",
+        metadata: { name: "main", settings: { imageBuilderVersion: "2025.06" } }
+      })),
+      AppGetOrCreate: this.unary("AppGetOrCreate", false, (request) => {
+        const name: string = request["appName"]
+        if (name.length > 64 || !NAME.test(name)) throw new Fault(status.INVALID_ARGUMENT, `Invalid App name: '${name}'`)
+        if (!this.apps.has(name)) {
+          if (request["objectCreationType"] !== 1) throw new Fault(status.NOT_FOUND, `App '${name}' not found`)
+          this.apps.set(name, `ap-${alnum(22)}`)
+        }
+        return { appId: this.apps.get(name)! }
+      }),
+      ImageGetOrCreate: this.unary("ImageGetOrCreate", false, () => ({ imageId: `im-${alnum(22)}`, result: { status: GENERIC.SUCCESS } })),
+      SandboxCreate: this.unary("SandboxCreate", false, (request) => {
+        const sandbox = this.create("V1", request)
+        void this.schedule(sandbox)
+        return { sandboxId: sandbox.sandboxId }
+      }),
+      SandboxCreateV2: this.unary("SandboxCreateV2", false, async (request) => {
+        const sandbox = this.create("V2", request)
+        const scheduled = this.schedule(sandbox)
+        if (this.schedulingDelayMs === 0) await scheduled
+        return {
+          sandboxId: sandbox.sandboxId,
+          ...(sandbox.taskId === undefined ? {} : { taskId: sandbox.taskId, commandRouterAccess: this.routerAccess() })
+        }
+      }),
+      SandboxGetFromName: this.unary("SandboxGetFromName", false, (request) => this.fromName("V1", request)),
+      SandboxGetFromNameV2: this.unary("SandboxGetFromNameV2", false, (request) => this.fromName("V2", request)),
+      SandboxList: this.unary("SandboxList", false, (request) => this.list(request)),
+      SandboxListV2: this.unary("SandboxListV2", false, (request) => this.list(request)),
+      SandboxTagsGet: this.unary("SandboxTagsGet", false, tags),
+      SandboxTagsGetV2: this.unary("SandboxTagsGetV2", false, tags),
+      SandboxWait: this.unary("SandboxWait", false, (request) => this.wait(this.sandbox(request["sandboxId"]), request["timeout"])),
+      SandboxWaitV2: this.unary("SandboxWaitV2", false, (request) => this.wait(this.sandbox(request["sandboxId"]), request["timeout"])),
+      SandboxTerminate: this.unary("SandboxTerminate", false, (request) => this.terminate(request)),
+      SandboxTerminateV2: this.unary("SandboxTerminateV2", false, (request) => this.terminate(request)),
+      SandboxGetTaskId: this.unary("SandboxGetTaskId", false, (request) => this.taskId(request)),
+      SandboxGetTaskIdV2: this.unary("SandboxGetTaskIdV2", false, (request) => this.taskId(request)),
+      SandboxGetCommandRouterAccess: this.unary("SandboxGetCommandRouterAccess", false, (request) => {
+        const sandbox = this.sandbox(request["sandboxId"])
+        if (sandbox.state !== "running") throw new Fault(status.FAILED_PRECONDITION, "the sandbox has no running task")
+        return this.routerAccess()
+      }),
+      TaskGetCommandRouterAccess: this.unary("TaskGetCommandRouterAccess", false, (request) => {
+        this.byTask(request["taskId"])
+        return this.routerAccess()
+      })
+    }
+  }
+
+  // ---- the command router -----------------------------------------------------------------------
+
+  private exec(request: Req): FakeExec {
+    const sandbox = this.byTask(request["taskId"])
+    const exec = sandbox.execs.get(request["execId"])
+    if (exec === undefined) throw new Fault(status.NOT_FOUND, `exec ${request["execId"]} not found`)
+    return exec
+  }
+
+  private router() {
+    const exitStatus = (status: ExitStatus | undefined): Req => status ?? {}
+    return {
+      TaskExecStart: this.unary("TaskExecStart", true, (request) => {
+        const sandbox = this.byTask(request["taskId"])
+        if (sandbox.execs.has(request["execId"])) return {}
+        const argv: Array<string> = request["commandArgs"]
+        const size = argv.reduce((sum, arg) => sum + Buffer.byteLength(arg) + 1, 0)
+        if (size > ARG_MAX) throw new Fault(status.INVALID_ARGUMENT, `argument list too long (${size} bytes)`)
+        if ((request["secretIds"] ?? []).length > 0) throw new Fault(status.UNIMPLEMENTED, "the fake has no secrets")
+        const env: Record<string, string> = { ...SANDBOX_ENV }
+        if (request["ptyInfo"]?.["enabled"]) env["TERM"] = request["ptyInfo"]["envTerm"] || "xterm-256color"
+        for (const source of request["secretSources"] ?? []) Object.assign(env, source["env"]?.["contents"] ?? {})
+        Object.assign(env, request["env"] ?? {})
+        const pty = request["ptyInfo"]?.["enabled"] === true
+        try {
+          sandbox.execs.set(request["execId"], new FakeExec(sandbox.process!.pid, argv, env, pty, request["workdir"] || undefined))
+        } catch (error) {
+          // E2BIG: the exec's argv and environment exceed what the kernel takes in one execve.
+          throw new Fault(status.INVALID_ARGUMENT, `cannot start the command: ${String(error)}`)
+        }
+        return {}
+      }),
+      TaskExecStdioRead: (call: ServerWritableStream<Req, Req>) => {
+        const fail = (fault: Fault) => call.destroy(Object.assign(new Error(fault.details), { code: fault.code, details: fault.details }))
+        let exec: FakeExec
+        try {
+          this.guard("TaskExecStdioRead", call.metadata, call.request, true)
+          exec = this.exec(call.request)
+        } catch (error) {
+          return fail(error instanceof Fault ? error : new Fault(status.INTERNAL, String(error)))
+        }
+        const log = call.request["fileDescriptor"] === 1 ? exec.stderr : exec.stdout
+        let cancelled = false
+        call.on("cancelled", () => (cancelled = true))
+        const pump = async () => {
+          let offset = Number(call.request["offset"] ?? 0)
+          while (!cancelled) {
+            const data = await log.read(offset, 64 * 1024, () => cancelled)
+            if (data.length === 0) {
+              if (log.ended && offset >= log.size) return call.end()
+              continue
+            }
+            offset += data.length
+            if (!call.write({ data })) await new Promise((resolve) => call.once("drain", resolve))
+          }
+        }
+        void pump()
+      },
+      TaskExecStdinWrite: this.unary("TaskExecStdinWrite", true, async (request) => {
+        const exec = this.exec(request)
+        await exec.write(Number(request["offset"]), Buffer.from(request["data"] ?? []), request["eof"] === true).catch((error: Error) => {
+          throw new Fault(status.FAILED_PRECONDITION, error.message)
+        })
+        return {}
+      }),
+      TaskExecWait: this.unary("TaskExecWait", true, async (request) => exitStatus(await this.exec(request).exited)),
+      TaskExecPoll: this.unary("TaskExecPoll", true, (request) => exitStatus(this.exec(request).status))
     }
   }
 }
 
-const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGTERM: 15, SIGPIPE: 13 }
+/** The SDK's logger for tests: warnings and errors to stderr, nothing to stdout. */
+export const quietLogger = {
+  debug: () => {},
+  info: () => {},
+  warn: () => {},
+  error: (message: string, ...args: Array<unknown>) => process.stderr.write(`modal sdk: ${message} ${args.join(" ")}\n`)
+}
+
+/** The RPCs the fake answers (the contract test checks their messages against the SDK). */
+export const SERVED = {
+  "modal.client.ModalClient": [
+    "AuthTokenGet", "EnvironmentGetOrCreate", "AppGetOrCreate", "ImageGetOrCreate", "SandboxCreate", "SandboxCreateV2",
+    "SandboxGetFromName", "SandboxGetFromNameV2", "SandboxList", "SandboxListV2", "SandboxTagsGet", "SandboxTagsGetV2",
+    "SandboxWait", "SandboxWaitV2", "SandboxTerminate", "SandboxTerminateV2", "SandboxGetTaskId", "SandboxGetTaskIdV2",
+    "SandboxGetCommandRouterAccess", "TaskGetCommandRouterAccess"
+  ],
+  "modal.task_command_router.TaskCommandRouter": ["TaskExecStart", "TaskExecStdioRead", "TaskExecStdinWrite", "TaskExecWait", "TaskExecPoll"]
+} as const
+
+/** The Modal backend's options over this fake's client (only Modal's own flags: no Docker --image). */
+export const backendOptions = (
+  fake: ModalFake,
+  overrides: Partial<ModalBackendOptions> = {}
+): ModalBackendOptions => ({
+  tokenId: undefined,
+  tokenSecret: undefined,
+  appName: "kilntainers",
+  image: "debian:bookworm-slim",
+  cpu: 1,
+  memoryMb: 512,
+  gpu: undefined,
+  region: undefined,
+  sandboxTimeoutSec: 3600,
+  network: false,
+  client: fake.client(),
+  watchIntervalMs: 200,
+  ...overrides
+})
+
+/** Starts a fake with the default options. */
+export const start = (options: ModalFakeOptions = {}) => ModalFake.start(options)

@@ -1,5 +1,6 @@
-import { Effect, Schema } from "effect"
-import { ComputerInfo, Computers } from "../../services/Computers.js"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import { type ComputerHandle, ComputerInfo, Computers, PoolStatus } from "../../services/Computers.js"
 import { Files } from "../../services/Files.js"
 import { defaultReadBytes, maxFileBytes } from "../FileTransfer.js"
 import * as Dashboard from "./Dashboard.js"
@@ -9,7 +10,11 @@ const ComputerId = Schema.String.annotations({ description: "The computer's id (
 const Temporary = Schema.Boolean.annotations({
   description: "Remove the computer when its MCP session ends (default true). Set false to keep it provider-side and reconnect by computer_id."
 })
-const Inventory = Schema.Struct({ computers: Schema.Array(ComputerInfo), count: Schema.Number })
+const Inventory = Schema.Struct({
+  computers: Schema.Array(ComputerInfo),
+  count: Schema.Number,
+  pool: Schema.optional(PoolStatus.annotations({ description: "The warm pool of computers prepared ahead" }))
+})
 const Created = Schema.Struct({
   ok: Schema.Boolean,
   computer_id: Schema.String,
@@ -28,16 +33,18 @@ const annotations = (title: string, readOnly: boolean, destructive: boolean, ide
 })
 
 const inventory = (session: string) =>
-  Effect.flatMap(Computers, (computers) => computers.list(session)).pipe(
-    Effect.map((list) => ({ computers: list, count: list.length }))
-  )
+  Effect.flatMap(Computers, (computers) =>
+    Effect.all([computers.list(session), computers.pool]).pipe(
+      Effect.map(([list, pool]) => ({ computers: list, count: list.length, ...(pool === undefined ? {} : { pool }) }))
+    ))
 
-const created = (computer: { readonly id: string; readonly providerId: string; readonly temporary: boolean }) => ({
-  ok: true,
-  computer_id: computer.id,
-  sandbox_id: computer.providerId,
-  temporary: computer.temporary
-})
+const created = (computer: ComputerHandle) =>
+  Effect.map(computer.providerId, (providerId) => ({
+    ok: true,
+    computer_id: computer.id,
+    sandbox_id: providerId,
+    temporary: computer.temporary
+  }))
 
 /** The fork's computer lifecycle tools, and the file tools. */
 export const make = () => [
@@ -76,7 +83,7 @@ export const make = () => [
     output: Created,
     annotations: annotations("Create a computer", false, false, true),
     handle: (input, context) =>
-      Effect.flatMap(Computers, (computers) => computers.create(context.session, input)).pipe(Effect.map(created))
+      Effect.flatMap(Computers, (computers) => computers.create(context.session, input)).pipe(Effect.flatMap(created))
   }),
   Tool.make({
     name: "computer_restart",
@@ -86,7 +93,7 @@ export const make = () => [
     output: Created,
     annotations: annotations("Restart a computer", false, true, false),
     handle: (input, context) =>
-      Effect.flatMap(Computers, (computers) => computers.restart(context.session, input.computer_id)).pipe(Effect.map(created))
+      Effect.flatMap(Computers, (computers) => computers.restart(context.session, input.computer_id)).pipe(Effect.flatMap(created))
   }),
   Tool.make({
     name: "computer_factory_reset",
@@ -97,7 +104,7 @@ export const make = () => [
     annotations: annotations("Factory-reset a computer", false, true, false),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.factoryReset(context.session, input.computer_id)).pipe(
-        Effect.map(created)
+        Effect.flatMap(created)
       )
   }),
   Tool.make({
@@ -128,7 +135,7 @@ export const make = () => [
       path: Schema.String,
       size: Schema.Number,
       encoding: Encoding,
-      content: Schema.String,
+      content: Schema.String.annotations({ description: "The file's content: utf8 text, or base64 with encoding=base64" }),
       truncated: Schema.Boolean
     }),
     annotations: annotations("Read a file", true, false, true),
@@ -141,9 +148,9 @@ export const make = () => [
       `append=true appends; mode sets permissions (e.g. 755).`,
     input: Schema.Struct({
       path: Schema.String.annotations({ description: "Path inside the computer" }),
-      content: Schema.String,
+      content: Schema.String.annotations({ description: "The file's content: utf8 text, or base64 with encoding=base64" }),
       encoding: Schema.optional(Encoding.annotations({ description: "utf8 (default) or base64" })),
-      append: Schema.optional(Schema.Boolean),
+      append: Schema.optional(Schema.Boolean.annotations({ description: "Append instead of replacing the file" })),
       mode: Schema.optional(Schema.String.annotations({ description: "Octal permissions, e.g. 644 or 755" })),
       computer_id: Schema.optional(ComputerId),
       temporary: Schema.optional(Temporary)

@@ -1,8 +1,7 @@
 import { Server } from "@modelcontextprotocol/sdk/server/index.js"
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
+import { Protocol, type RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js"
 import {
-  CallToolRequestSchema,
   type CallToolResult,
   ErrorCode,
   ListResourcesRequestSchema,
@@ -13,17 +12,30 @@ import {
   type ServerNotification,
   type ServerRequest
 } from "@modelcontextprotocol/sdk/types.js"
-import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js"
-import { Cause, Deferred, Effect, Exit, ParseResult, Runtime, Schema } from "effect"
+import * as Cause from "effect/Cause"
+import type * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Runtime from "effect/Runtime"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as z from "zod/v4"
 import { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
 import type { Processes, ProgressReporter } from "../../services/Processes.js"
 import { CurrentProgress } from "../../services/Progress.js"
-import { Settings } from "../../services/Settings.js"
+import type { SettingsShape } from "../../services/Settings.js"
 import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
+import { maxMessageBytes } from "./Limits.js"
 import * as ProcessTools from "./ProcessTools.js"
+import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
+import * as ToolCallSpan from "./ToolCallSpan.js"
 
 export const serverInfo = { name: "kilntainers", version: "0.1.0" } as const
 
@@ -31,15 +43,76 @@ const text = (value: string): CallToolResult["content"] => [{ type: "text", text
 
 const errorResult = (message: string): CallToolResult => ({ isError: true, content: text(message) })
 
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+
+const kind = (value: unknown) =>
+  value === null ? "null" : Array.isArray(value) ? "an array" : `${/^[aeiou]/.test(typeof value) ? "an" : "a"} ${typeof value}`
+
+/** Any tools/call request: its params are checked by the handler, which answers with tool results. */
+const AnyToolCall = z.object({ method: z.literal("tools/call"), params: z.unknown() })
+
+/** What tool calls use: the runtime's services over the backend. */
+export type ToolServices = Processes | Computers | Files
+
+/**
+ * The services of tool calls, which may still be starting: the server answers `initialize` and
+ * `tools/list` at once while the backend starts (a sandbox check, an engine ping, an SDK) in the
+ * background, and a call waits for it — or is told why it could not start.
+ */
+export interface ServicesHandle {
+  readonly await: Effect.Effect<Context.Context<ToolServices>, string>
+  /** The services if they have started (no wait). */
+  readonly poll: Effect.Effect<Option.Option<Context.Context<ToolServices>>>
+}
+
+/** Services that are already there (HTTP sessions, library callers). */
+export const ready = (context: Context.Context<ToolServices>): ServicesHandle => ({
+  await: Effect.succeed(context),
+  poll: Effect.succeed(Option.some(context))
+})
+
+/**
+ * Builds the layer in the background, in the current Scope (released with it). Its failure is
+ * logged at once and answered to every call.
+ */
+export const starting = <E>(layer: Layer.Layer<ToolServices, E>): Effect.Effect<ServicesHandle, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const built = yield* Deferred.make<Context.Context<ToolServices>, string>()
+    const scope = yield* Effect.scope
+    yield* Layer.buildWithScope(layer, scope).pipe(
+      Effect.tapErrorCause((cause) => Effect.logError(`the backend cannot start: ${describeFailure(cause)}`)),
+      Effect.mapErrorCause((cause) => Cause.fail(describeFailure(cause))),
+      Effect.exit,
+      Effect.flatMap((exit) => Deferred.done(built, exit)),
+      Effect.forkScoped
+    )
+    return {
+      await: Deferred.await(built),
+      poll: Deferred.poll(built).pipe(
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.succeed(Option.none<Context.Context<ToolServices>>()),
+          onSome: (done) => Effect.option(done)
+        }))
+      )
+    }
+  })
+
+const describeFailure = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  return typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
+    ? error.message
+    : String(error)
+}
+
 /**
  * Builds an MCP `Server` (the SDK's low-level one) whose tools are the Schema-typed tool catalogue.
- * Every call runs as an Effect in the captured runtime; a cancelled request interrupts it.
+ * Every call runs as an Effect in the captured runtime, with the services once they have started;
+ * a cancelled request interrupts it.
  */
-export const makeServer = Effect.gen(function*() {
-  const settings = yield* Settings
-  const runtime = yield* Effect.runtime<Processes | Computers | Files>()
-  const run = Runtime.runPromiseExit(runtime)
-  const tools: ReadonlyArray<Tool.Tool<any, any, Processes | Computers | Files>> = [
+export const makeServer = (settings: SettingsShape, services: ServicesHandle) => Effect.gen(function*() {
+  const run = Runtime.runPromiseExit(yield* Effect.runtime<never>())
+  const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
     ...ComputerTools.make()
   ]
@@ -76,46 +149,87 @@ export const makeServer = Effect.gen(function*() {
     _meta: Dashboard.resourceMeta
   }
   server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [dashboard] }))
+  // The built page, read once per session on first use.
+  const dashboardPage = yield* Effect.cached(Dashboard.page)
   server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
     if (request.params.uri !== Dashboard.resourceUri) {
       throw new McpError(ErrorCode.InvalidParams, `unknown resource '${request.params.uri}'`)
     }
-    return { contents: [{ uri: Dashboard.resourceUri, mimeType: Dashboard.mimeType, text: Dashboard.html, _meta: Dashboard.resourceMeta }] }
+    const page = await run(Effect.tapError(dashboardPage, (error) => Effect.logError(error.message)))
+    if (Exit.isFailure(page)) {
+      const reason = Option.match(Cause.failureOption(page.cause), { onNone: () => "interrupted", onSome: (error) => error.message })
+      throw new McpError(ErrorCode.InternalError, reason)
+    }
+    return { contents: [{ uri: Dashboard.resourceUri, mimeType: Dashboard.mimeType, text: page.value, _meta: Dashboard.resourceMeta }] }
   })
 
-  server.setRequestHandler(
-    CallToolRequestSchema,
-    async (request, extra: RequestHandlerExtra<ServerRequest, ServerNotification>): Promise<CallToolResult> => {
-      const tool = byName.get(request.params.name)
-      if (!tool) return errorResult(`unknown tool '${request.params.name}'; available: ${[...byName.keys()].join(", ")}`)
-      const token = request.params._meta?.progressToken
-      const progress: ProgressReporter | undefined = token === undefined ? undefined : (p) =>
-        Effect.tryPromise(() =>
-          extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, ...p } })
-        ).pipe(Effect.ignore)
-      const session = extra.sessionId ?? "stdio"
-      const program = Schema.decodeUnknown(tool.input)(request.params.arguments ?? {}, { onExcessProperty: "error" }).pipe(
-        Effect.mapError((error) => ({
-          _tag: "InvalidInput",
-          message: `invalid arguments for ${tool.name}: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
-        })),
-        Effect.flatMap((input) => tool.handle(input, { session, progress })),
-        Effect.locally(CurrentProgress, progress),
-        Effect.flatMap((output) => Schema.encode(tool.output)(output).pipe(Effect.orDie)),
-        Effect.map((encoded): CallToolResult => ({
-          content: text(JSON.stringify(encoded, null, 2)),
-          structuredContent: encoded as Record<string, unknown>
-        })),
-        // No structuredContent on errors: clients validate it against the tool's outputSchema.
-        Effect.catchAll((error) => Effect.succeed(errorResult(`${error._tag}: ${error.message}`)))
-      )
-      const exit = await run(program, { signal: extra.signal })
-      if (Exit.isSuccess(exit)) return exit.value
-      if (Cause.isInterruptedOnly(exit.cause)) return errorResult("the call was cancelled")
-      await run(Effect.logError("tool call failed", exit.cause))
-      return errorResult(`internal error in ${tool.name}: ${Cause.pretty(exit.cause).split("\n")[0]}`)
-    }
-  )
+  const callTool = async (params: unknown, extra: RequestHandlerExtra<ServerRequest, ServerNotification>): Promise<CallToolResult> => {
+    const call = isObject(params) ? params : {}
+    const name = typeof call.name === "string" ? call.name : ""
+    const tool = byName.get(name)
+    const args = call.arguments === undefined ? {} : call.arguments
+    const meta = isObject(call._meta) ? call._meta : {}
+    const token = typeof meta.progressToken === "string" || typeof meta.progressToken === "number" ? meta.progressToken : undefined
+    const progress: ProgressReporter | undefined = token === undefined ? undefined : (p) =>
+      Effect.tryPromise(() =>
+        extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, ...p } })
+      ).pipe(Effect.ignore)
+    const session = extra.sessionId ?? "stdio"
+    const invalid = (message: string) => Effect.fail({ _tag: "InvalidInput", message })
+    const outcome: Effect.Effect<CallToolResult, { readonly _tag: string; readonly message: string }, Processes | Computers | Files> =
+      typeof call.name !== "string"
+        ? invalid("tools/call needs the tool's name (params.name, a string)")
+        : tool === undefined
+        ? Effect.succeed(errorResult(`unknown tool '${name}'; available: ${[...byName.keys()].join(", ")}`))
+        : !isObject(args)
+        ? invalid(`invalid arguments for ${tool.name}: arguments must be an object of named arguments, not ${kind(args)}`)
+        : Schema.decodeUnknown(tool.input)(args, { onExcessProperty: "error" }).pipe(
+          Effect.mapError((error) => ({
+            _tag: "InvalidInput",
+            message: `invalid arguments for ${tool.name}: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+          })),
+          Effect.flatMap((input) => tool.handle(input, { session, progress })),
+          Effect.locally(CurrentProgress, progress),
+          Effect.flatMap((output) => Schema.encode(tool.output)(output).pipe(Effect.orDie)),
+          Effect.map((encoded): CallToolResult => ({
+            // Compact: every byte of a result costs the agent context.
+            content: text(JSON.stringify(tool.text ? tool.text(encoded) : encoded)),
+            structuredContent: encoded as Record<string, unknown>
+          }))
+        )
+    const program = ToolCallSpan.traced(
+      {
+        tool: name,
+        session,
+        sessionId: extra.sessionId,
+        requestId: extra.requestId,
+        meta,
+        arguments: args,
+        client: server.getClientVersion()
+      },
+      outcome,
+      // No structuredContent on errors: clients validate it against the tool's outputSchema.
+      (error) => errorResult(`${error._tag}: ${error.message}`)
+    )
+    const withServices = Effect.flatMap(Effect.either(services.await), (started) =>
+      started._tag === "Left"
+        ? Effect.succeed(errorResult(`the ${settings.backend} backend could not start: ${started.left}`))
+        : Effect.provide(program, started.right))
+    const exit = await run(withServices, { signal: extra.signal })
+    if (Exit.isSuccess(exit)) return exit.value
+    if (Cause.isInterruptedOnly(exit.cause)) return errorResult("the call was cancelled")
+    await run(Effect.logError("tool call failed", exit.cause))
+    return errorResult(`internal error in ${name}: ${Cause.pretty(exit.cause).split("\n")[0]}`)
+  }
+  // The SDK's Server checks tools/call params itself and answers malformed arguments with a JSON-RPC
+  // error; a model reads tool results, not protocol errors, so every call comes here and a bad one
+  // gets an isError result it can act on.
+  const setRequestHandler = Protocol.prototype.setRequestHandler as (
+    this: Server,
+    schema: typeof AnyToolCall,
+    handler: (request: z.infer<typeof AnyToolCall>, extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => Promise<CallToolResult>
+  ) => void
+  setRequestHandler.call(server, AnyToolCall, (request, extra) => callTool(request.params, extra))
   return server
 })
 
@@ -123,13 +237,24 @@ export const makeServer = Effect.gen(function*() {
  * Serves one MCP session over a transport until the client goes away (transport closed), then
  * releases the session's temporary computers. Interrupting it closes the transport.
  */
-export const serve = (transport: Transport, session: string, onConnected: Effect.Effect<void> = Effect.void) =>
+export const serve = (
+  settings: SettingsShape,
+  services: ServicesHandle,
+  transport: Transport,
+  session: string,
+  onConnected: Effect.Effect<void> = Effect.void
+) =>
   Effect.gen(function*() {
-    const computers = yield* Computers
-    const server = yield* makeServer
+    const server = yield* makeServer(settings, services)
     const closed = yield* Deferred.make<void>()
     server.onclose = () => Deferred.unsafeDone(closed, Exit.void)
-    yield* Effect.addFinalizer(() => computers.release(session))
+    // Computers exist only once the services have started.
+    yield* Effect.addFinalizer(() =>
+      Effect.flatMap(services.poll, Option.match({
+        onNone: () => Effect.void,
+        onSome: (context) => Effect.flatMap(Computers, (computers) => computers.release(session)).pipe(Effect.provide(context))
+      }))
+    )
     yield* Effect.acquireRelease(
       Effect.promise(() => server.connect(transport)),
       () => Effect.promise(() => server.close()).pipe(Effect.timeout("5 seconds"), Effect.interruptible, Effect.ignore)
@@ -138,9 +263,17 @@ export const serve = (transport: Transport, session: string, onConnected: Effect
     yield* Deferred.await(closed)
   }).pipe(Effect.scoped)
 
-/** Serves MCP over this process's stdin/stdout until stdin ends. Nothing else may write to stdout. */
-export const serveStdio = Effect.gen(function*() {
-  const transport = new StdioServerTransport()
+/**
+ * Serves MCP over this process's stdin/stdout until stdin ends, answering at once while the layer
+ * (the backend) starts. Nothing else may write to stdout.
+ */
+export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolServices, E>) => Effect.gen(function*() {
+  const services = yield* starting(layer)
+  const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+  const transport = new StdioTransport(process.stdin, process.stdout, {
+    maxMessageBytes,
+    warn: (message) => runFork(Effect.logWarning(message))
+  })
   const stdinEnded = yield* Deferred.make<void>()
   const onEnd = () => Deferred.unsafeDone(stdinEnded, Exit.void)
   yield* Effect.acquireRelease(
@@ -154,6 +287,6 @@ export const serveStdio = Effect.gen(function*() {
         process.stdin.off("close", onEnd)
       })
   )
-  yield* Effect.raceFirst(serve(transport, "stdio"), Deferred.await(stdinEnded))
+  yield* Effect.raceFirst(serve(settings, services, transport, "stdio"), Deferred.await(stdinEnded))
   yield* Effect.logDebug("stdin closed: shutting down")
 }).pipe(Effect.scoped)

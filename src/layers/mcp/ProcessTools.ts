@@ -1,69 +1,74 @@
-import { Effect, Schema } from "effect"
+/**
+ * The process tools: process-mcp's spawn, ps, stdin, stdout and kill (their result fields, with
+ * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each decodes its input, calls one
+ * Processes method with the calling session, and returns what it answers.
+ */
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { describeEscapes } from "../../actors/StdinEscapes.js"
-import { OutputView, ProcessInfo, ProcessStatus, ScreenView, StreamSlice } from "../../domain/Process.js"
-import { InvalidInput, ProcessNotFound } from "../../domain/Errors.js"
-import { Computers } from "../../services/Computers.js"
+import { envNameRule } from "../../domain/Environment.js"
+import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { Processes } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as Tool from "./Tool.js"
 
-const Env = Schema.Record({ key: Schema.String, value: Schema.String }).annotations({
-  description: "Environment variables to set for this process (added to the sandbox's minimal environment)"
-})
+const described = <S extends Schema.Schema<any, any, never>>(schema: S, description: string): S =>
+  schema.annotations({ description }) as S
+const Int = (description: string, min: number, max?: number) =>
+  described(
+    max === undefined
+      ? Schema.Number.pipe(Schema.int(), Schema.greaterThanOrEqualTo(min))
+      : Schema.Number.pipe(Schema.int(), Schema.between(min, max)),
+    description
+  )
+const Text = (description: string) => described(Schema.String, description)
+const Flag = (description: string) => described(Schema.Boolean, description)
+
+const Env = described(
+  Schema.Record({ key: Schema.String, value: Schema.String }),
+  `Environment variables for this process, on top of the computer's minimal environment (${envNameRule})`
+)
 const ComputerFields = {
-  computer_id: Schema.optional(Schema.String.annotations({
-    description: "Stable computer slug (1-63 of a-z, 0-9, '-'). Omit to use this MCP session's default computer."
-  })),
-  temporary: Schema.optional(Schema.Boolean.annotations({
-    description: "Remove the computer when its MCP session ends (default true). Set false to keep it and reconnect by computer_id."
-  }))
+  computer_id: Schema.optional(Text("Computer slug (1-63 of a-z, 0-9, '-'); omit for this session's default computer")),
+  temporary: Schema.optional(Flag("Remove the computer when this session ends (default true); false keeps it, reachable by id"))
 }
-const Id = Schema.String.annotations({ description: "Process id, as returned by spawn or ps" })
-const OnComputer = Schema.optional(Schema.String.annotations({
-  description: "The computer the process runs on (optional; checked when given)"
-}))
+const Pid = Text("The process handle that spawn returned (ps lists them)")
+const OnComputer = Schema.optional(Text("The process's computer (optional; checked when given)"))
+const MaxBytes = (settings: SettingsShape) =>
+  Schema.optional(Int(`Most output bytes inline, both streams together (default ${settings.inlineBytes}); longer output keeps head and tail`, 1))
 
-/**
- * A process is reachable from a session only on a computer that session may use (its own, shared
- * or permanent ones); a given computer_id must name the process's computer.
- */
-const onComputer = (id: string, computerId: string | undefined, session: string) =>
-  Effect.gen(function*() {
-    const actor = yield* Effect.flatMap(Processes, (processes) => processes.get(id))
-    const allowed = yield* Effect.flatMap(Computers, (computers) => computers.canAccess(session, actor.computerId))
-    if (!allowed) return yield* new ProcessNotFound({ id })
-    if (computerId !== undefined && actor.computerId !== computerId) {
-      return yield* new InvalidInput({ message: `process '${id}' runs on computer '${actor.computerId}', not '${computerId}'` })
-    }
-  })
-
-const Int = Schema.Number.pipe(Schema.int())
-const NonNegativeInt = Int.pipe(Schema.greaterThanOrEqualTo(0))
-const Size = Int.pipe(Schema.between(2, 1000))
-const MaxBytes = Schema.optional(Int.pipe(Schema.between(1, 16 * 1024 * 1024)).annotations({
-  description: "Most bytes of each stream to return inline (default 16384); longer output keeps its head and tail"
-}))
-
-const ProcessResult = Schema.Struct({
-  id: Schema.String,
-  pid: Schema.String.annotations({ description: "Same as id (process-mcp compatibility)" }),
-  computer_id: Schema.String,
-  status: ProcessStatus,
-  exitCode: Schema.NullOr(Schema.Number),
-  signal: Schema.NullOr(Schema.String),
-  durationMs: Schema.Number,
-  stdout: StreamSlice,
-  stderr: StreamSlice,
-  screen: Schema.optional(ScreenView)
+// ---- result fields, in one place for every tool --------------------------------------------------
+const State = {
+  pid: Pid,
+  status: described(ProcessStatus, "running, or terminated (see exitCode / signal)"),
+  exitCode: Schema.optional(described(Schema.Number, "Exit code, when it exited by itself")),
+  signal: Schema.optional(Text("The signal that ended it")),
+  reason: Schema.optional(Text("Why it ended, when it did not simply exit"))
+}
+const Cursors = Schema.Struct({
+  stdout: described(Schema.Number, "Pass as stdoutCursor"),
+  stderr: described(Schema.Number, "Pass as stderrCursor")
 })
-
-const ReadResult = Schema.Struct({
-  id: Schema.String,
-  status: ProcessStatus,
-  exitCode: Schema.NullOr(Schema.Number),
-  signal: Schema.NullOr(Schema.String),
-  ...OutputView.fields
-})
+const Output = {
+  stdout: Text("stdout (a TTY: its rendered screen); bytes left out are marked [… N bytes omitted …]"),
+  stderr: Text("stderr"),
+  next: Schema.optional(described(Cursors, "Cursors to read what follows (present while it runs or when output was cut)")),
+  omitted: Schema.optional(described(
+    Schema.Struct({ stdout: Schema.optional(Schema.Number), stderr: Schema.optional(Schema.Number) }),
+    "Bytes left out of this result, per stream"
+  )),
+  screen: Schema.optional(described(
+    Schema.Struct({
+      cursor: Schema.Struct({ x: Schema.Number, y: Schema.Number }),
+      cols: Schema.Number,
+      rows: Schema.Number,
+      alternateScreen: Schema.optional(Schema.Literal(true)),
+      scrollback: Schema.optional(Text("Lines that scrolled off the screen"))
+    }),
+    "TTY: the terminal (cursor, size, alternate screen of a full-screen app)"
+  ))
+}
+const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
 
 const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): Tool.ToolAnnotations => ({
   title,
@@ -80,9 +85,9 @@ const execDescription = (settings: SettingsShape) => {
       `filesystem does persist (home directory /home/agent). To write a file, pass its content as stdin ` +
       `(e.g. command="cat > file.txt"). Use args instead of command to run a program without a shell. ` +
       `Commands time out after ${settings.timeout} seconds by default (set timeout in seconds); on timeout the ` +
-      `whole process group is killed, exit_code is 124 and the output so far is returned. Output beyond ` +
-      `${settings.outputLimit} bytes keeps its head and tail. Network access is ${settings.network ? "enabled" : "disabled"}. ` +
-      `For long-running or interactive programs use spawn instead.`
+      `whole process tree is killed, exit_code is 124 and the output so far is returned. Output over ` +
+      `${settings.inlineBytes} bytes keeps its head and tail here (pid and next let stdout read the rest). ` +
+      `Network access is ${settings.network ? "enabled" : "disabled"}. For long-running or interactive programs use spawn.`
   return settings.extendedToolInstruction ? `${base}\n\n${settings.extendedToolInstruction}` : base
 }
 
@@ -90,165 +95,161 @@ const execDescription = (settings: SettingsShape) => {
 export const make = (settings: SettingsShape) => [
   Tool.make({
     name: "spawn",
-    description: "Execute a command with optional timeout. Processes exceeding the timeout automatically move to " +
-      `the background and keep running (default timeoutMs ${settings.spawnTimeoutMs}, max ${settings.maxTimeoutMs}); ` +
-      "use background=true to return at once. Returns the process id, its status (running/exited/killed), exit code " +
-      "and the output so far with cursors for stdout. Use tty=true for interactive programs (vim, less, python REPL, " +
-      "top): they get a real terminal (cols x rows, default 120x30) and stdout returns the rendered screen.",
+    description: "Execute a command. It runs until it exits, its output matches `pattern`, or timeoutMs passes " +
+      `(default ${settings.spawnTimeoutMs}); a process still running then moves to the background and keeps running — ` +
+      "you get its pid and the output so far. background=true returns at once. tty=true gives a real terminal " +
+      "(vim, less, a REPL, top): stdout is then the rendered screen.",
     input: Schema.Struct({
-      command: Schema.String.annotations({ description: `Shell command line, run with ${settings.shell} -c` }),
-      cwd: Schema.optional(Schema.String.annotations({ description: "Working directory (default: the computer's home, /home/agent)" })),
+      command: Text(`Shell command line, run with ${settings.shell} -c`),
+      cwd: Schema.optional(Text("Working directory (default the computer's home, /home/agent)")),
       env: Schema.optional(Env),
-      tty: Schema.optional(Schema.Boolean.annotations({ description: "Run in a real pseudo-terminal" })),
-      background: Schema.optional(Schema.Boolean.annotations({ description: "Return immediately; the process runs in the background" })),
-      timeoutMs: Schema.optional(NonNegativeInt.annotations({
-        description: `How long to wait before returning with the process still running (default ${settings.spawnTimeoutMs}, capped at ${settings.maxTimeoutMs})`
-      })),
-      cols: Schema.optional(Size.annotations({ description: `Terminal columns (tty only, default ${settings.cols})` })),
-      rows: Schema.optional(Size.annotations({ description: `Terminal rows (tty only, default ${settings.rows})` })),
-      maxBytes: MaxBytes,
+      tty: Schema.optional(Flag("Run on a real terminal")),
+      background: Schema.optional(Flag("Return at once; the process runs in the background")),
+      timeoutMs: Schema.optional(Int(
+        `Longest wait before returning with the process still running (default ${settings.spawnTimeoutMs}; at most ${settings.maxCallMs} without a progress token)`,
+        0
+      )),
+      pattern: Schema.optional(Text("Return as soon as the output matches this regular expression (a ready line)")),
+      cols: Schema.optional(Int(`Terminal columns (tty, default ${settings.cols})`, 2, 1000)),
+      rows: Schema.optional(Int(`Terminal rows (tty, default ${settings.rows})`, 2, 1000)),
+      maxBytes: MaxBytes(settings),
       ...ComputerFields
     }),
-    output: ProcessResult,
+    output: Schema.Struct({
+      ...State,
+      ...Output,
+      computer_id: Text("The computer it runs on"),
+      durationMs: described(Schema.Number, "How long this call took"),
+      match: Schema.optional(Text("What `pattern` matched")),
+      note: Note
+    }),
     annotations: annotations("Start a process", false, false, false),
-    handle: (input, context) =>
-      Effect.flatMap(Processes, (processes) => processes.spawn(context.session, input, context.progress)).pipe(
-        Effect.map((result) => ({ ...result, pid: result.id }))
-      )
+    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.spawn(context.session, input, context.progress))
   }),
   Tool.make({
     name: "ps",
-    description: "List running and recently finished processes (id, command, computer, cwd, tty, status, exit code, " +
-      `signal, start and end times, and why it ended). The ${settings.maxFinished} most recent finished processes stay listed.`,
+    description: `List processes: the running ones and the ${settings.psFinished} most recently finished (status and limit show more).`,
     input: Schema.Struct({
-      computer_id: Schema.optional(Schema.String.annotations({ description: "Only this computer's processes" })),
-      status: Schema.optional(ProcessStatus.annotations({ description: "Only processes with this status" }))
+      computer_id: Schema.optional(Text("Only this computer's processes")),
+      status: Schema.optional(described(Schema.Literal("running", "terminated", "all"), "Only these (default: running plus the last few finished)")),
+      limit: Schema.optional(Int("Most processes to list", 1))
     }),
-    output: Schema.Struct({ processes: Schema.Array(ProcessInfo) }),
+    output: Schema.Struct({
+      processes: Schema.Array(ProcessInfo),
+      hidden: Schema.optional(described(Schema.Number, "Processes not listed (ask with status or limit)"))
+    }),
     annotations: annotations("List processes", true, false, true),
-    handle: (input, context) =>
-      Effect.gen(function*() {
-        const processes = yield* Processes
-        const computers = yield* Computers
-        const all = yield* processes.list(input)
-        const visible = yield* Effect.filter(all, (info) => computers.canAccess(context.session, info.computer_id))
-        return { processes: visible }
-      })
+    // process-mcp's clients read the text as the list itself.
+    text: (result) => result.processes,
+    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.list(context.session, input))
   }),
   Tool.make({
     name: "stdin",
-    description: `Send input to a process (TTY or pipe). ${describeEscapes} Set eof=true to close stdin ` +
-      "(a pipe) or send Ctrl-D (a TTY) after the input. Read the result with stdout or wait.",
+    description: `Send input to a process (a TTY or a pipe) and get the output that follows (or the settled screen). ${describeEscapes} ` +
+      "eof=true closes stdin (a pipe) or sends Ctrl-D (a TTY) after the input.",
     input: Schema.Struct({
-      id: Id,
-      input: Schema.optionalWith(Schema.String.annotations({ description: "Text to send, with escapes" }), { default: () => "" }),
-      eof: Schema.optionalWith(Schema.Boolean.annotations({ description: "Close stdin after the input" }), { default: () => false }),
+      id: Pid,
+      input: Schema.optionalWith(Text("Text to send, with escapes"), { default: () => "" }),
+      eof: Schema.optional(Flag("Close stdin after the input")),
+      yieldMs: Schema.optional(Int(`Longest wait for the output that follows (default ${settings.stdinYieldMs}; it returns once output pauses)`, 0)),
+      maxBytes: MaxBytes(settings),
       computer_id: OnComputer
     }),
-    output: Schema.Struct({ id: Schema.String, bytes: Schema.Number, eof: Schema.Boolean }),
+    output: Schema.Struct({
+      ...State,
+      bytes: described(Schema.Number, "Bytes written"),
+      eof: Schema.optional(Schema.Literal(true)),
+      ...Output
+    }),
     annotations: annotations("Send input", false, false, false),
-    handle: (input, context) =>
-      onComputer(input.id, input.computer_id, context.session).pipe(
-        Effect.zipRight(Effect.flatMap(Processes, (processes) => processes.stdin(input.id, input.input, input.eof)))
-      )
+    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.stdin(context.session, input))
   }),
   Tool.make({
     name: "stdout",
-    description: "View process output. For a TTY process, returns the rendered terminal screen (and scrollback if " +
-      "asked). Otherwise returns stdout and stderr: by default their last `lines` lines (default 100); pass " +
-      "stdoutCursor/stderrCursor (the `next` of an earlier read) to get only what came since. Omitted bytes are " +
-      "marked and counted.",
+    description: "View a process's output: its last `lines` lines (default 100), or what came since the cursors of an " +
+      "earlier result (stdoutCursor/stderrCursor = its `next`). A TTY process: the rendered screen (and scrollback if asked).",
     input: Schema.Struct({
-      id: Id,
-      lines: Schema.optional((Int.pipe(Schema.between(1, 100_000))).annotations({ description: "Last N lines (default 100 when no cursor is given)" })),
-      stdoutCursor: Schema.optional(NonNegativeInt.annotations({ description: "Read stdout from this byte offset" })),
-      stderrCursor: Schema.optional(NonNegativeInt.annotations({ description: "Read stderr from this byte offset" })),
-      maxBytes: MaxBytes,
-      scrollback: Schema.optional(Schema.Boolean.annotations({ description: "TTY: include lines that scrolled off the screen" })),
+      id: Pid,
+      lines: Schema.optional(Int("Last N lines (default 100 when no cursor is given)", 1, 100_000)),
+      stdoutCursor: Schema.optional(Int("Read stdout from this byte offset", 0)),
+      stderrCursor: Schema.optional(Int("Read stderr from this byte offset", 0)),
+      maxBytes: MaxBytes(settings),
+      scrollback: Schema.optional(Flag("TTY: also the lines that scrolled off the screen")),
       computer_id: OnComputer
     }),
-    output: ReadResult,
+    output: Schema.Struct({ ...State, ...Output }),
     annotations: annotations("Read output", true, false, true),
-    handle: (input, context) =>
-      Effect.zipRight(onComputer(input.id, input.computer_id, context.session), Effect.flatMap(Processes, (processes) =>
-        processes.read(input.id, {
-          stdoutCursor: input.stdoutCursor,
-          stderrCursor: input.stderrCursor,
-          lines: input.lines ?? (input.stdoutCursor === undefined && input.stderrCursor === undefined ? 100 : undefined),
-          maxBytes: input.maxBytes,
-          scrollback: input.scrollback
-        })))
+    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.read(context.session, input))
   }),
   Tool.make({
     name: "kill",
-    description: "Send a signal to a process and its whole process group (default SIGTERM; also SIGKILL, SIGINT, " +
-      "SIGHUP, … or a number). Reports the process status shortly after.",
+    description: "Send a signal to a process and its whole process group (default SIGTERM; also SIGKILL, SIGINT, SIGHUP, … " +
+      "or a number). SIGKILL ends its whole tree, background and setsid children included. Reports how it stands after.",
     input: Schema.Struct({
-      id: Id,
-      signal: Schema.optional(Schema.String.annotations({ description: "Signal name or number (default SIGTERM)" })),
+      id: Pid,
+      signal: Schema.optional(Text("Signal name or number (default SIGTERM)")),
       computer_id: OnComputer
     }),
     output: Schema.Struct({
-      id: Schema.String,
-      signal: Schema.String,
-      status: ProcessStatus,
-      exitCode: Schema.NullOr(Schema.Number),
-      exitSignal: Schema.NullOr(Schema.String)
+      ...State,
+      sent: Text("The signal sent"),
+      descendantsKilled: Schema.optional(described(Schema.Number, "Other processes of its tree that ended with it")),
+      message: Text("What happened, in words")
     }),
     annotations: annotations("Signal a process", false, true, false),
-    handle: (input, context) =>
-      Effect.zipRight(onComputer(input.id, input.computer_id, context.session), Effect.flatMap(Processes, (processes) => processes.kill(input.id, input.signal)))
+    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.kill(context.session, input))
   }),
   Tool.make({
     name: "wait",
-    description: "Wait for a process: until it exits (default), until its output matches `pattern` (a regular " +
-      "expression), or until it has been quiet (no output) for `quietMs` — whichever comes first, bounded by " +
-      `timeoutMs (default 30000, max ${settings.maxTimeoutMs}). Cancelling the call ends the wait, not the process.`,
+    description: "Wait for a process until it exits (default), its output matches `pattern`, or it is quiet for `quietMs` — " +
+      `bounded by timeoutMs (default 30000; at most ${settings.maxCallMs} without a progress token). Returns the output that ` +
+      "arrived meanwhile. Cancelling the call ends the wait, not the process.",
     input: Schema.Struct({
-      id: Id,
-      pattern: Schema.optional(Schema.String.annotations({ description: "Regular expression to look for in the output" })),
-      quietMs: Schema.optional((Int.pipe(Schema.greaterThan(0))).annotations({ description: "Return once no output came for this long" })),
-      timeoutMs: Schema.optional(NonNegativeInt.annotations({ description: "Longest wait in ms" })),
+      id: Pid,
+      pattern: Schema.optional(Text("Regular expression to look for in the output")),
+      quietMs: Schema.optional(Int("Return once no output came for this long", 1)),
+      timeoutMs: Schema.optional(Int("Longest wait in ms", 0)),
+      maxBytes: MaxBytes(settings),
       computer_id: OnComputer
     }),
     output: Schema.Struct({
-      id: Schema.String,
-      reason: Schema.Literal("exited", "matched", "quiet", "timeout"),
-      status: ProcessStatus,
-      exitCode: Schema.NullOr(Schema.Number),
-      signal: Schema.NullOr(Schema.String),
-      match: Schema.optional(Schema.String),
-      waitedMs: Schema.Number
+      ...State,
+      outcome: described(Schema.Literal("exited", "matched", "quiet", "timeout"), "Why the wait ended"),
+      match: Schema.optional(Text("What `pattern` matched")),
+      waitedMs: described(Schema.Number, "How long it waited"),
+      ...Output,
+      note: Note
     }),
     annotations: annotations("Wait for a process", true, false, false),
-    handle: (input, context) =>
-      Effect.zipRight(onComputer(input.id, input.computer_id, context.session), Effect.flatMap(Processes, (processes) => processes.wait(input, context.progress)))
+    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.wait(context.session, input, context.progress))
   }),
   Tool.make({
     name: "sandbox_exec",
     description: execDescription(settings),
     input: Schema.Struct({
-      command: Schema.optional(Schema.String.annotations({ description: `Shell command line (run with ${settings.shell} -c)` })),
-      args: Schema.optional((Schema.Array(Schema.String)).annotations({ description: "argv to run directly, without a shell (instead of command)" })),
-      stdin: Schema.optional(Schema.String.annotations({ description: "Text piped to the command's stdin, then EOF" })),
-      working_directory: Schema.optional(Schema.String.annotations({ description: "Absolute working directory (default /home/agent)" })),
-      timeout: Schema.optional((Int.pipe(Schema.greaterThanOrEqualTo(1))).annotations({
-        description: `Timeout in seconds (default ${settings.timeout})`
-      })),
+      command: Schema.optional(Text(`Shell command line, run with ${settings.shell} -c`)),
+      args: Schema.optional(described(Schema.Array(Schema.String), "argv to run without a shell (instead of command)")),
+      stdin: Schema.optional(Text("Text piped to the command's stdin, then EOF")),
+      working_directory: Schema.optional(Text("Absolute working directory (default /home/agent)")),
+      timeout: Schema.optional(described(Schema.Number.pipe(Schema.greaterThanOrEqualTo(1)), `Seconds before the command is killed (default ${settings.timeout})`)),
       env: Schema.optional(Env),
       ...ComputerFields
     }),
     output: Schema.Struct({
+      stdout: Text("stdout (head and tail when long)"),
+      stderr: Text("stderr, with kilntainers' notes in [brackets]"),
+      exit_code: described(Schema.NullOr(Schema.Number), "Exit code (124: timed out; null: still running, see pid)"),
+      exec_duration_ms: Schema.Number,
       computer_id: Schema.String,
       temporary: Schema.Boolean,
-      stdout: Schema.String,
-      stderr: Schema.String,
-      exit_code: Schema.Number,
-      exec_duration_ms: Schema.Number,
-      timed_out: Schema.Boolean,
-      truncated: Schema.Boolean,
-      stdout_bytes: Schema.Number,
-      stderr_bytes: Schema.Number
+      timed_out: Schema.optional(Schema.Literal(true)),
+      truncated: Schema.optional(Schema.Literal(true)),
+      stdout_bytes: Schema.optional(described(Schema.Number, "Whole stdout size, when cut")),
+      stderr_bytes: Schema.optional(described(Schema.Number, "Whole stderr size, when cut")),
+      pid: Schema.optional(Text("Process handle: stdout reads the rest of cut output, wait follows a command still running")),
+      running: Schema.optional(Schema.Literal(true)),
+      next: Schema.optional(Cursors),
+      note: Note
     }),
     annotations: annotations("Run a command", false, true, false),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.exec(context.session, input, context.progress))

@@ -1,5 +1,6 @@
-import type { Effect } from "effect"
-import { JSONSchema, type Schema } from "effect"
+import type * as Effect from "effect/Effect"
+import * as JSONSchema from "effect/JSONSchema"
+import type * as Schema from "effect/Schema"
 import type { ProgressReporter } from "../../services/Processes.js"
 
 /** What a tool handler knows of the call beyond its input. */
@@ -27,13 +28,34 @@ export interface Tool<I, O, R> {
   readonly annotations: ToolAnnotations
   /** Extra `_meta` of the tool in tools/list (e.g. an MCP App's resource). */
   readonly meta?: Record<string, unknown> | undefined
+  /** What the text content carries, when not the structured result itself (ps: the bare list, as process-mcp's clients read it). */
+  readonly text?: ((output: O) => unknown) | undefined
   readonly handle: (input: I, context: ToolContext) => Effect.Effect<O, { readonly _tag: string; readonly message: string }, R>
 }
 
 export const make = <I, O, R>(tool: Tool<I, O, R>): Tool<I, O, R> => tool
 
-/** JSON Schema of a Schema, as MCP wants it: a plain object schema without the $schema header. */
+/** Effect's own names for refinements (`int`, `between(1, 9)`): not for a client's eyes. */
+const internalTitle = /^[a-zA-Z]+(?:\(.*\))?$/
+/** Effect's default descriptions of refinements (`an integer`, `a number greater than …`). */
+const internalDescription = /^(an? (integer|number|string|finite number)|a (non-negative|positive) .*)( .*)?$/
+
+const clean = (node: unknown): unknown => {
+  if (Array.isArray(node)) return node.map(clean)
+  if (node === null || typeof node !== "object") return node
+  const out: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(node)) {
+    if (key === "title" && typeof value === "string" && internalTitle.test(value)) continue
+    if (key === "description" && typeof value === "string" && internalDescription.test(value)) continue
+    // Effect says `"required": []` and `"properties": {}` for records: noise.
+    if ((key === "required" && Array.isArray(value) && value.length === 0)) continue
+    out[key] = clean(value)
+  }
+  return out
+}
+
+/** JSON Schema of a Schema, as MCP wants it: a plain object schema without the $schema header or Effect's internal titles. */
 export const jsonSchema = (schema: Schema.Schema<any, any>): { type: "object"; [key: string]: unknown } => {
   const { $schema: _ignored, ...rest } = JSONSchema.make(schema) as unknown as Record<string, unknown>
-  return { ...rest, type: "object" }
+  return { ...(clean(rest) as Record<string, unknown>), type: "object" }
 }

@@ -19,8 +19,13 @@ export interface DashboardHost {
   initialized: boolean
   /** Changes the host context (theme …): the bridge sends `ui/notifications/host-context-changed`. */
   readonly setTheme: (theme: "light" | "dark") => void
-  /** Adds a second, unrelated sandboxed frame that posts forged MCP Apps messages to the app and to this page. */
-  readonly addForeignFrame: (target: string) => void
+  /**
+   * Adds two unrelated frames that post forged MCP Apps messages to the app and to this page: a
+   * sandboxed one (an opaque origin) and a same-origin one (this page's origin, another window).
+   */
+  readonly addForeignFrames: (target: string) => void
+  /** Sends the app a tool result, as the host does for a new `computer_dashboard` call. */
+  readonly sendToolResult: (result: CallToolResult) => Promise<void>
 }
 
 declare global {
@@ -113,13 +118,16 @@ const start = async () => {
       document.documentElement.dataset.theme = next
       bridge.setHostContext({ ...hostContext, theme: next })
     },
-    addForeignFrame: (target) => {
-      const foreign = document.createElement("iframe")
-      foreign.setAttribute("sandbox", "allow-scripts")
-      foreign.setAttribute("data-testid", "foreign-frame")
-      foreign.srcdoc = `<!doctype html><script>${foreignScript(target)}</script>`
-      document.getElementById("foreign-slot")!.append(foreign)
-    }
+    addForeignFrames: (target) => {
+      for (const sandboxed of [true, false]) {
+        const foreign = document.createElement("iframe")
+        if (sandboxed) foreign.setAttribute("sandbox", "allow-scripts")
+        foreign.setAttribute("data-testid", "foreign-frame")
+        foreign.srcdoc = `<!doctype html><script>${foreignScript(target)}</script>`
+        document.getElementById("foreign-slot")!.append(foreign)
+      }
+    },
+    sendToolResult: (result) => bridge.sendToolResult(result)
   }
   bridge.oninitialized = () => {
     host.initialized = true

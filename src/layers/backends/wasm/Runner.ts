@@ -1,109 +1,16 @@
 /**
- * Runs one WASI module instance in a worker thread (see WorkerSource.ts), with stdin fed from a
- * `Feed` and stdout/stderr delivered as they are written. Workers are started ahead of need (a
- * small pool of ones that have loaded the shim), so a run costs a message, not a thread start.
+ * Runs WASI module instances in tool workers (ToolWorker.ts): from a shell worker (ShellWorker.ts)
+ * for the toolset, from the server for a user module. Workers are started ahead of need (a small
+ * pool of ones that have loaded their program), so a run costs a message, not a thread start; a
+ * worker whose run ended by itself goes back to the pool (its instance, and the instance's memory,
+ * are garbage), one that was terminated is gone with everything it held.
  * `terminate()` ends a run at once (wall clock, kill): worker.terminate stops even a tight loop.
  */
-import { createRequire } from "node:module"
-import { pathToFileURL } from "node:url"
-import { Worker } from "node:worker_threads"
+import { type ResourceLimits, Worker } from "node:worker_threads"
+import { type Credit, Feed, settle, type Sink } from "./Feed.js"
+import { STDIN_CHUNK_BYTES, STDIN_HEADER_BYTES, type ToolJob, type ToolMessage } from "./ToolProtocol.js"
 import type { Change, VDir } from "./Vfs.js"
-import { STDIN_CHUNK_BYTES, STDIN_HEADER_BYTES, workerSource } from "./WorkerSource.js"
-
-/** A byte stream into a process's stdin: pushed by the main thread, drained by one worker at a time. */
-export class Feed {
-  private readonly queue: Array<Uint8Array> = []
-  private ended = false
-  private ring: { readonly ctl: Int32Array; readonly bytes: Uint8Array } | undefined
-  private waiting = false
-  private readonly listeners = new Set<() => void>()
-
-  push(data: Uint8Array) {
-    if (this.ended || data.byteLength === 0) return
-    this.queue.push(data)
-    this.pump()
-    this.listeners.forEach((listener) => listener())
-  }
-
-  end() {
-    if (this.ended) return
-    this.ended = true
-    this.pump()
-    this.listeners.forEach((listener) => listener())
-  }
-
-  get isEnded() {
-    return this.ended
-  }
-
-  /** Everything pushed until the end (for a reader in the main thread). */
-  async readAll(): Promise<Uint8Array> {
-    while (!this.ended) await new Promise<void>((resolve) => {
-      const listener = () => {
-        this.listeners.delete(listener)
-        resolve()
-      }
-      this.listeners.add(listener)
-    })
-    const all = Buffer.concat(this.queue)
-    this.queue.length = 0
-    return all
-  }
-
-  attach(buffer: SharedArrayBuffer) {
-    this.ring = { ctl: new Int32Array(buffer, 0, 3), bytes: new Uint8Array(buffer, STDIN_HEADER_BYTES) }
-    this.pump()
-  }
-
-  /** The worker is gone: what it had not read of the current chunk goes back to the queue. */
-  detach() {
-    const ring = this.ring
-    this.ring = undefined
-    this.waiting = false
-    if (ring !== undefined && Atomics.load(ring.ctl, 0) === 1) {
-      const unread = ring.bytes.slice(ring.ctl[2]!, ring.ctl[1]!)
-      if (unread.byteLength > 0) this.queue.unshift(unread)
-    }
-  }
-
-  private pump() {
-    const ring = this.ring
-    if (ring === undefined || this.waiting) return
-    const state = Atomics.load(ring.ctl, 0)
-    if (state === 0) {
-      const chunk = this.queue.shift()
-      if (chunk !== undefined) {
-        const n = Math.min(chunk.byteLength, ring.bytes.byteLength)
-        ring.bytes.set(chunk.subarray(0, n))
-        if (n < chunk.byteLength) this.queue.unshift(chunk.subarray(n))
-        ring.ctl[1] = n
-        ring.ctl[2] = 0
-        Atomics.store(ring.ctl, 0, 1)
-        Atomics.notify(ring.ctl, 0)
-      } else if (this.ended) {
-        Atomics.store(ring.ctl, 0, 2)
-        Atomics.notify(ring.ctl, 0)
-        return
-      } else return
-    }
-    if (this.queue.length === 0 && !this.ended) return
-    // The worker is reading the chunk: refill when it has taken it.
-    this.waiting = true
-    const result = waitAsync(ring.ctl, 0, 1)
-    const again = () => {
-      if (this.ring !== ring) return
-      this.waiting = false
-      this.pump()
-    }
-    if (result.async) void (result.value as Promise<string>).then(again)
-    else again()
-  }
-}
-
-/** Atomics.waitAsync (Node 16+; typed from ES2024 on). */
-const waitAsync = (Atomics as unknown as {
-  readonly waitAsync: (array: Int32Array, index: number, value: number) => { readonly async: boolean; readonly value: Promise<string> | string }
-}).waitAsync
+import type { WorkerScript } from "./WorkerScript.js"
 
 export interface RunOutcome {
   readonly code: number
@@ -114,30 +21,39 @@ export interface RunOutcome {
 
 export interface Run {
   readonly done: Promise<RunOutcome>
-  readonly terminate: () => void
+  /** Ends the run now; resolves once its thread has stopped. */
+  readonly terminate: () => Promise<void>
 }
+
+/** Where a run's standard streams go. */
+export type RunInput = Feed | "empty" | { readonly file: string }
+export type RunOutput = Sink | "null" | { readonly file: string }
 
 export interface RunJob {
   readonly module: WebAssembly.Module
   readonly args: ReadonlyArray<string>
   readonly env: ReadonlyArray<string>
   readonly tree: VDir
-  readonly stdin: Feed
-  readonly onStdout: (data: Uint8Array) => void
-  readonly onStderr: (data: Uint8Array) => void
-  readonly onChanges: (changes: ReadonlyArray<Change>) => void
+  readonly stdin: RunInput
+  readonly stdout: RunOutput
+  readonly stderr: RunOutput | "stdout"
+  readonly quota: BigInt64Array
+  readonly reserved: BigInt64Array
+  /** What the run changed in its tree, and the quota it reserved (not called when terminated). */
+  readonly onChanges: (changes: ReadonlyArray<Change>, reserved: number) => void
 }
 
-const shimUrl = pathToFileURL(createRequire(import.meta.url).resolve("@bjorn3/browser_wasi_shim")).href
-const source = workerSource(shimUrl)
-
-interface ReadyWorker {
+/** A started worker, and whether it loaded its program (it posts one message when ready). */
+export interface ReadyWorker {
   readonly worker: Worker
   readonly ready: Promise<boolean>
 }
 
-const startWorker = (): ReadyWorker => {
-  const worker = new Worker(source, { eval: true, stdout: false, stderr: false })
+/** Starts a worker of a pool: its stdio drained, not keeping the server alive while idle. */
+export const startWorker = (script: WorkerScript, resourceLimits: ResourceLimits, workerData?: unknown): ReadyWorker => {
+  const worker = new Worker(script.source, { eval: script.eval, workerData, stdout: true, stderr: true, resourceLimits })
+  worker.stdout.resume()
+  worker.stderr.resume()
   worker.unref()
   const ready = new Promise<boolean>((resolve) => {
     worker.once("message", () => resolve(true))
@@ -147,24 +63,32 @@ const startWorker = (): ReadyWorker => {
   return { worker, ready }
 }
 
-/** Workers that have loaded the shim and wait for a job. */
+/** Tool workers that have loaded their program and wait for a job. */
 export class WorkerPool {
   private readonly idle: Array<ReadyWorker> = []
   private closed = false
+  private active = 0
 
-  constructor(private readonly size: number) {
+  /** `limit`: runs at once (a pipeline of more stages, or more background jobs, is refused). */
+  constructor(private readonly script: WorkerScript, private readonly size: number, readonly limit: number) {
     this.fill()
   }
 
-  private fill() {
-    while (!this.closed && this.idle.length < this.size) this.idle.push(startWorker())
+  get running() {
+    return this.active
   }
 
-  private take(): ReadyWorker {
-    const worker = this.idle.shift() ?? startWorker()
-    // Replace it once this run has started (not in its way).
-    setImmediate(() => this.fill())
-    return worker
+  private start(): ReadyWorker {
+    return startWorker(this.script, { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 16 })
+  }
+
+  /** Resolves once the workers started so far are ready (or failed). */
+  warm(): Promise<void> {
+    return Promise.all(this.idle.map(({ ready }) => ready)).then(() => undefined)
+  }
+
+  private fill() {
+    while (!this.closed && this.idle.length < this.size) this.idle.push(this.start())
   }
 
   close() {
@@ -172,45 +96,80 @@ export class WorkerPool {
     for (const { worker } of this.idle.splice(0)) void worker.terminate()
   }
 
-  run(job: RunJob): Run {
-    const { worker, ready } = this.take()
-    // A run keeps the process alive (idle pool workers do not).
+  /** Starts a run, or returns undefined when `limit` runs are going. */
+  run(job: RunJob): Run | undefined {
+    if (this.active >= this.limit) return undefined
+    this.active++
+    const { worker, ready } = this.idle.shift() ?? this.start()
+    // A run keeps the thread alive (idle pool workers do not).
     worker.ref()
-    const stdin = new SharedArrayBuffer(STDIN_HEADER_BYTES + STDIN_CHUNK_BYTES)
+    const ctl = new SharedArrayBuffer(STDIN_HEADER_BYTES + STDIN_CHUNK_BYTES)
+    const window = new Int32Array(ctl, 12, 1)
+    const feed = job.stdin instanceof Feed ? job.stdin : undefined
     let finished = false
+    let stopped: Promise<unknown> = Promise.resolve()
     let resolveDone: (outcome: RunOutcome) => void = () => {}
     const done = new Promise<RunOutcome>((resolve) => (resolveDone = resolve))
-    const finish = (outcome: RunOutcome) => {
+    const finish = (outcome: RunOutcome, reusable = false) => {
       if (finished) return
       finished = true
-      job.stdin.detach()
-      void worker.terminate()
+      this.active--
+      feed?.detach()
+      worker.off("message", onMessage)
+      worker.off("error", onError)
+      worker.off("exit", onExit)
+      if (reusable && !this.closed && this.idle.length < this.size) {
+        worker.unref()
+        this.idle.push({ worker, ready: Promise.resolve(true) })
+      } else {
+        stopped = worker.terminate()
+        // A replacement, started after this run (not in its way).
+        setImmediate(() => this.fill())
+      }
       resolveDone(outcome)
     }
-    const ctl = new Int32Array(stdin, 0, 4)
-    worker.on("message", (message: { t: string; fd?: number; data?: Uint8Array; weight?: number; code?: number; changes?: Array<Change>; trap?: string }) => {
+    const onMessage = (message: ToolMessage) => {
       if (finished) return
-      if (message.t === "out" && message.data !== undefined) {
-        Atomics.sub(ctl, 3, message.weight ?? message.data.byteLength)
-        Atomics.notify(ctl, 3)
-        if (message.fd === 2) job.onStderr(message.data)
-        else job.onStdout(message.data)
+      if (message.t === "out") {
+        const sink = message.fd === 2 ? job.stderr : job.stdout
+        const credit: Credit = { cell: window, weight: message.weight }
+        if (typeof sink === "function") sink(message.data, credit)
+        else settle(credit)
       } else if (message.t === "exit") {
-        job.onChanges(message.changes ?? [])
-        finish({ code: message.code ?? 1, terminated: false, trap: message.trap })
+        job.onChanges(message.changes, message.reserved)
+        finish({ code: message.code, terminated: false, trap: message.trap }, true)
       }
-    })
-    worker.on("error", (error) => finish({ code: 1, terminated: false, trap: error.message }))
-    worker.on("exit", () => finish({ code: 1, terminated: true, trap: undefined }))
+    }
+    const onError = (error: Error) => finish({ code: 1, terminated: false, trap: error.message })
+    const onExit = () => finish({ code: 1, terminated: true, trap: undefined })
+    worker.on("message", onMessage)
+    worker.on("error", onError)
+    worker.on("exit", onExit)
+    const spec = (output: RunOutput) => (typeof output === "function" ? "post" : output)
     void ready.then((ok) => {
       if (finished) return
       if (!ok) return finish({ code: 1, terminated: false, trap: "the worker thread did not start" })
-      worker.postMessage({ module: job.module, args: job.args, env: job.env, tree: job.tree, stdin })
-      job.stdin.attach(stdin)
+      const message: ToolJob = {
+        module: job.module,
+        args: job.args,
+        env: job.env,
+        tree: job.tree,
+        ctl,
+        stdin: feed !== undefined ? "ring" : (job.stdin as "empty" | { readonly file: string }),
+        stdout: spec(job.stdout),
+        stderr: job.stderr === "stdout" ? "stdout" : spec(job.stderr),
+        quota: job.quota,
+        reserved: job.reserved
+      }
+      worker.postMessage(message)
+      feed?.attach(ctl)
     })
     return {
       done,
-      terminate: () => finish({ code: 137, terminated: true, trap: undefined })
+      terminate: () => {
+        finish({ code: 137, terminated: true, trap: undefined })
+        return stopped.then(() => undefined, () => undefined)
+      }
     }
   }
 }

@@ -1,15 +1,16 @@
 /**
  * A small POSIX-shell parser for the toolset backend: lists (`;`, newline, `&`), `&&`/`||`,
  * pipelines (`|`, `!`), simple commands with assignments and redirections (`<`, `>`, `>>`, `2>`,
- * `2>>`, `2>&1`, `>&2`, `&>`), `if/elif/else/fi`, `for … in … do … done`, `while/until`, `{ …; }`
- * and `( … )`. Words keep their raw text (quotes, `$…`, `$(…)`); Shell.ts expands them.
+ * `2>>`, `2>&1`, `>&2`, `&>`, here-documents `<<`), `if/elif/else/fi`, `for … in … do … done`,
+ * `while/until`, `case … in … esac`, functions `name() { …; }`, `{ …; }` and `( … )`. Words keep
+ * their raw text (quotes, `$…`, `$(…)`); Shell.ts expands them. Tokens come from ShellLexer.ts.
  */
+import { ParseError, tokenize, type Token } from "./ShellLexer.js"
 
-export type Redirect = {
-  readonly fd: number
-  readonly op: "<" | ">" | ">>" | ">&" | "<&" | "&>"
-  readonly target: string
-}
+export type Redirect =
+  | { readonly fd: number; readonly op: "<" | ">" | ">>" | ">&" | "<&" | "&>"; readonly target: string }
+  /** A here-document: `target` is its body, expanded (parameters, `$(…)`, `$((…))`) unless its delimiter was quoted. */
+  | { readonly fd: number; readonly op: "<<"; readonly target: string; readonly expand: boolean }
 
 export type Command =
   | { readonly _tag: "Simple"; readonly assigns: ReadonlyArray<string>; readonly words: ReadonlyArray<string>; readonly redirects: ReadonlyArray<Redirect> }
@@ -17,6 +18,13 @@ export type Command =
   | { readonly _tag: "For"; readonly name: string; readonly items: ReadonlyArray<string> | undefined; readonly body: List; readonly redirects: ReadonlyArray<Redirect> }
   | { readonly _tag: "While"; readonly until: boolean; readonly cond: List; readonly body: List; readonly redirects: ReadonlyArray<Redirect> }
   | { readonly _tag: "Group"; readonly subshell: boolean; readonly body: List; readonly redirects: ReadonlyArray<Redirect> }
+  | { readonly _tag: "Case"; readonly word: string; readonly items: ReadonlyArray<CaseItem>; readonly redirects: ReadonlyArray<Redirect> }
+  | { readonly _tag: "Function"; readonly name: string; readonly body: Command; readonly redirects: ReadonlyArray<Redirect> }
+
+export interface CaseItem {
+  readonly patterns: ReadonlyArray<string>
+  readonly body: List
+}
 
 export interface Pipeline {
   readonly negate: boolean
@@ -29,143 +37,7 @@ export interface AndOr {
 }
 export type List = ReadonlyArray<AndOr>
 
-type Token =
-  | { readonly t: "word"; readonly v: string }
-  | { readonly t: "op"; readonly v: string }
-  | { readonly t: "redir"; readonly fd: number | undefined; readonly v: string }
-
-export class ParseError extends Error {}
-
-const OPERATORS = ["&&", "||", ";;", "&>", ">>", ">&", "<&", "<<", ";", "&", "|", "(", ")", "<", ">", "\n"]
-
-/** Copies a `$(…)` or `${…}` (with nesting and quotes) starting at `i` (the `$`); returns the end. */
-const skipDollar = (src: string, i: number): number => {
-  const open = src[i + 1]
-  const close = open === "(" ? ")" : "}"
-  let depth = 0
-  let j = i + 1
-  while (j < src.length) {
-    const c = src[j]!
-    if (c === "\\") j += 2
-    else if (c === "'" && open === "(") {
-      const end = src.indexOf("'", j + 1)
-      if (end < 0) throw new ParseError("unterminated quote")
-      j = end + 1
-    } else if (c === "\"") j = skipDouble(src, j)
-    else if (c === "$" && (src[j + 1] === "(" || src[j + 1] === "{")) j = skipDollar(src, j)
-    else {
-      if (c === open) depth++
-      else if (c === close) {
-        depth--
-        if (depth === 0) return j + 1
-      }
-      j++
-    }
-  }
-  throw new ParseError(`unterminated $${open}`)
-}
-
-const skipDouble = (src: string, i: number): number => {
-  let j = i + 1
-  while (j < src.length) {
-    const c = src[j]!
-    if (c === "\\") j += 2
-    else if (c === "\"") return j + 1
-    else if (c === "$" && (src[j + 1] === "(" || src[j + 1] === "{")) j = skipDollar(src, j)
-    else if (c === "`") {
-      const end = src.indexOf("`", j + 1)
-      if (end < 0) throw new ParseError("unterminated `")
-      j = end + 1
-    } else j++
-  }
-  throw new ParseError("unterminated double quote")
-}
-
-export const tokenize = (src: string): Array<Token> => {
-  const tokens: Array<Token> = []
-  let word = ""
-  let inWord = false
-  const flush = () => {
-    if (inWord) tokens.push({ t: "word", v: word })
-    word = ""
-    inWord = false
-  }
-  let i = 0
-  while (i < src.length) {
-    const c = src[i]!
-    if (c === " " || c === "\t") {
-      flush()
-      i++
-      continue
-    }
-    if (c === "#" && !inWord) {
-      while (i < src.length && src[i] !== "\n") i++
-      continue
-    }
-    if (c === "\\") {
-      if (src[i + 1] === "\n") {
-        i += 2
-        continue
-      }
-      word += src.slice(i, i + 2)
-      inWord = true
-      i += 2
-      continue
-    }
-    if (c === "'") {
-      const end = src.indexOf("'", i + 1)
-      if (end < 0) throw new ParseError("unterminated single quote")
-      word += src.slice(i, end + 1)
-      inWord = true
-      i = end + 1
-      continue
-    }
-    if (c === "\"") {
-      const end = skipDouble(src, i)
-      word += src.slice(i, end)
-      inWord = true
-      i = end
-      continue
-    }
-    if (c === "`") {
-      const end = src.indexOf("`", i + 1)
-      if (end < 0) throw new ParseError("unterminated `")
-      word += src.slice(i, end + 1)
-      inWord = true
-      i = end + 1
-      continue
-    }
-    if (c === "$" && (src[i + 1] === "(" || src[i + 1] === "{")) {
-      const end = skipDollar(src, i)
-      word += src.slice(i, end)
-      inWord = true
-      i = end
-      continue
-    }
-    const op = OPERATORS.find((candidate) => src.startsWith(candidate, i))
-    if (op !== undefined) {
-      if (op === "<<") throw new ParseError("here-documents (<<) are not supported")
-      if (op === "<" || op === ">" || op === ">>" || op === ">&" || op === "<&" || op === "&>") {
-        const fd = inWord && /^\d$/.test(word) ? Number(word) : undefined
-        if (fd !== undefined) {
-          word = ""
-          inWord = false
-        } else flush()
-        tokens.push({ t: "redir", fd, v: op })
-      } else {
-        flush()
-        tokens.push({ t: "op", v: op })
-      }
-      i += op.length
-      continue
-    }
-    word += c
-    inWord = true
-    i++
-  }
-  flush()
-  return tokens
-}
+export { ParseError }
 
 const RESERVED_END = new Set(["then", "else", "elif", "fi", "do", "done", "}", "esac"])
 
@@ -189,7 +61,7 @@ export const parse = (src: string): List => {
     if (!isWord(v)) throw new ParseError(`syntax error: expected '${v}'${peek() ? ` near '${describe(peek()!)}'` : " at end"}`)
     at++
   }
-  const describe = (token: Token) => token.v === "\n" ? "newline" : token.v
+  const describe = (token: Token) => token.t === "heredoc" ? "<<" : token.v === "\n" ? "newline" : token.v
 
   const list = (): List => {
     const items: Array<AndOr> = []
@@ -197,7 +69,7 @@ export const parse = (src: string): List => {
       while (isOp("\n") || isOp(";")) at++
       const token = peek()
       if (token === undefined) break
-      if (token.t === "op" && token.v === ")") break
+      if (token.t === "op" && (token.v === ")" || token.v === ";;")) break
       if (token.t === "word" && RESERVED_END.has(token.v)) break
       const item = andOr()
       const next = peek()
@@ -208,7 +80,7 @@ export const parse = (src: string): List => {
       const after = peek()
       if (after === undefined) break
       if (after.t === "op" && (after.v === ";" || after.v === "\n")) continue
-      if (after.t === "op" && after.v === ")") break
+      if (after.t === "op" && (after.v === ")" || after.v === ";;")) break
       if (after.t === "word" && RESERVED_END.has(after.v)) break
       if (items[items.length - 1]!.background) continue
       throw new ParseError(`syntax error near '${describe(after)}'`)
@@ -220,7 +92,7 @@ export const parse = (src: string): List => {
     const first = pipeline()
     const rest: Array<{ op: "&&" | "||"; pipeline: Pipeline }> = []
     while (isOp("&&") || isOp("||")) {
-      const op = peek()!.v as "&&" | "||"
+      const op = isOp("&&") ? "&&" : "||"
       at++
       skipNewlines()
       rest.push({ op, pipeline: pipeline() })
@@ -244,13 +116,16 @@ export const parse = (src: string): List => {
   }
 
   const redirects = (into: Array<Redirect>) => {
-    while (peek()?.t === "redir") {
-      const token = peek() as Extract<Token, { t: "redir" }>
+    for (let token = peek(); token?.t === "redir" || token?.t === "heredoc"; token = peek()) {
       at++
+      if (token.t === "heredoc") {
+        into.push({ fd: token.fd ?? 0, op: "<<", target: token.body, expand: token.expand })
+        continue
+      }
       const target = peek()
       if (target?.t !== "word") throw new ParseError(`syntax error: a file name must follow '${token.v}'`)
       at++
-      const op = token.v as Redirect["op"]
+      const op = token.v as "<" | ">" | ">>" | ">&" | "<&" | "&>"
       into.push({ fd: token.fd ?? (op === "<" || op === "<&" ? 0 : 1), op, target: target.v })
     }
   }
@@ -335,7 +210,46 @@ export const parse = (src: string): List => {
         redirects(redirs)
         return { _tag: "While", until: token.v === "until", cond, body, redirects: redirs }
       }
-      if (token.v === "case") throw new ParseError("case … esac is not supported")
+      if (token.v === "case") {
+        at++
+        const word = peek()
+        if (word?.t !== "word") throw new ParseError("syntax error: case needs a word")
+        at++
+        skipNewlines()
+        expectWord("in")
+        const items: Array<CaseItem> = []
+        for (;;) {
+          while (isOp("\n") || isOp(";")) at++
+          if (isWord("esac") || peek() === undefined) break
+          if (isOp("(")) at++
+          const patterns: Array<string> = []
+          for (;;) {
+            const pattern = peek()
+            if (pattern?.t !== "word") throw new ParseError("syntax error: a case pattern is missing")
+            patterns.push(pattern.v)
+            at++
+            if (!isOp("|")) break
+            at++
+          }
+          if (!isOp(")")) throw new ParseError("syntax error: expected ')' after a case pattern")
+          at++
+          items.push({ patterns, body: list() })
+          if (isOp(";;")) at++
+          else if (!isWord("esac")) throw new ParseError(`syntax error near '${describe(peek() ?? { t: "op", v: "end of input" })}' in case`)
+        }
+        expectWord("esac")
+        const redirs: Array<Redirect> = []
+        redirects(redirs)
+        return { _tag: "Case", word: word.v, items, redirects: redirs }
+      }
+      const open = tokens[at + 1]
+      const close = tokens[at + 2]
+      if (/^[A-Za-z_][A-Za-z0-9_]*$/.test(token.v) && open?.t === "op" && open.v === "(" && close?.t === "op" && close.v === ")") {
+        at += 3
+        const body = command()
+        if (body._tag === "Simple") throw new ParseError(`syntax error: the body of ${token.v}() must be a compound command such as { …; }`)
+        return { _tag: "Function", name: token.v, body, redirects: [] }
+      }
     }
     const assigns: Array<string> = []
     const words: Array<string> = []
@@ -343,7 +257,7 @@ export const parse = (src: string): List => {
     for (;;) {
       const next = peek()
       if (next === undefined) break
-      if (next.t === "redir") {
+      if (next.t === "redir" || next.t === "heredoc") {
         redirects(redirs)
         continue
       }

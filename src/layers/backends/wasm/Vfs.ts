@@ -6,10 +6,15 @@
  * here; a process (worker) sees a link as a second name of its target (WASI in the shim has no
  * symlinks), so reading and writing through a link work, `readlink` does not.
  *
- * Each process gets a copy of the tree (structured clone) and sends back what it changed
- * (`Change`s), applied here path by path: concurrent processes do not see each other's writes
- * until they end, and the last writer of a path wins.
+ * File contents live in SharedArrayBuffers and are never changed in place: a writer makes a new
+ * buffer. So a tree is passed to a worker by cloning its directories only; the bytes are shared.
+ * The same class is the computer's tree in the server (ComputerFs.ts) and its copy in a shell
+ * worker (FsReplica.ts). Each process sends back what it changed (`Change`s), applied here path
+ * by path: the last writer of a path wins.
+ *
+ * Usage (for the disk quota, Quota.ts) is the file contents plus `INODE_BYTES` per name.
  */
+import { INODE_BYTES } from "./Quota.js"
 
 export interface VFile {
   readonly kind: "file"
@@ -29,8 +34,20 @@ export type Change =
   | { readonly op: "rm"; readonly path: string }
   | { readonly op: "mkdir"; readonly path: string }
   | { readonly op: "write"; readonly path: string; readonly data: Uint8Array }
+  | { readonly op: "link"; readonly path: string; readonly target: string }
 
 export const dir = (): VDir => ({ kind: "dir", entries: new Map() })
+
+const EMPTY = new Uint8Array(new SharedArrayBuffer(0))
+
+/** The bytes in a SharedArrayBuffer (copied unless they already are). */
+export const shared = (bytes: Uint8Array): Uint8Array => {
+  if (bytes.buffer instanceof SharedArrayBuffer) return bytes
+  if (bytes.byteLength === 0) return EMPTY
+  const out = new Uint8Array(new SharedArrayBuffer(bytes.byteLength))
+  out.set(bytes)
+  return out
+}
 
 /** Splits an absolute or relative path against `cwd` into components, `..` clamped at `/`. */
 export const resolvePath = (cwd: string, path: string): Array<string> => {
@@ -46,7 +63,19 @@ export const resolvePath = (cwd: string, path: string): Array<string> => {
 
 export const joinPath = (parts: ReadonlyArray<string>) => "/" + parts.join("/")
 
+/** What a node costs against the quota: its contents and one inode per name below it. */
+export const usageOf = (node: VNode): number => {
+  if (node.kind === "file") return INODE_BYTES + node.data.byteLength
+  if (node.kind === "link") return INODE_BYTES
+  let total = INODE_BYTES
+  for (const child of node.entries.values()) total += usageOf(child)
+  return total
+}
+
 const MAX_LINKS = 32
+
+/** Why a write failed, as the shell prints it. */
+export type FsError = "No such file or directory" | "Is a directory" | "Not a directory"
 
 export class Vfs {
   constructor(public root: VDir) {}
@@ -54,6 +83,12 @@ export class Vfs {
   /** The node at `path` following links (the last one too unless `nofollow`). */
   lookup(cwd: string, path: string, nofollow = false): VNode | undefined {
     return this.walk(resolvePath(cwd, path), nofollow, 0)?.node
+  }
+
+  /** The node at `path` and its real path (links resolved). */
+  resolve(cwd: string, path: string): { node: VNode; path: string } | undefined {
+    const found = this.walk(resolvePath(cwd, path), false, 0)
+    return found === undefined ? undefined : { node: found.node, path: joinPath(found.parts) }
   }
 
   private walk(parts: ReadonlyArray<string>, nofollow: boolean, depth: number): { node: VNode; parts: Array<string> } | undefined {
@@ -66,8 +101,7 @@ export class Vfs {
       if (next === undefined) return undefined
       if (next.kind === "link" && (i < parts.length - 1 || !nofollow)) {
         const target = resolvePath(joinPath(seen), next.target)
-        const found = this.walk([...target, ...parts.slice(i + 1)], nofollow, depth + 1)
-        return found
+        return this.walk([...target, ...parts.slice(i + 1)], nofollow, depth + 1)
       }
       seen.push(parts[i]!)
       node = next
@@ -94,75 +128,94 @@ export class Vfs {
     return node?.kind === "file" ? node.data : undefined
   }
 
-  /** Writes (or appends to) a file through links; fails (returns a reason) when it cannot. */
-  writeFile(cwd: string, path: string, data: Uint8Array, append = false): string | undefined {
+  /** Replaces a file's contents through links: the change in usage, or why it cannot. */
+  writeFile(cwd: string, path: string, data: Uint8Array, depth = 0): number | FsError {
     const at = this.parentOf(cwd, path)
     if (at === undefined) return "No such file or directory"
     const existing = at.dir.entries.get(at.name)
     if (existing?.kind === "link") {
-      const target = this.lookup(joinPath(at.parts.slice(0, -1)), existing.target)
-      if (target?.kind === "dir") return "Is a directory"
-      if (target?.kind === "file") {
-        target.data = append ? concat(target.data, data) : data
-        return undefined
-      }
-      return this.writeFile(joinPath(at.parts.slice(0, -1)), existing.target, data, append)
+      if (depth > MAX_LINKS) return "No such file or directory"
+      return this.writeFile(joinPath(at.parts.slice(0, -1)), existing.target, data, depth + 1)
     }
     if (existing?.kind === "dir") return "Is a directory"
-    if (existing?.kind === "file") existing.data = append ? concat(existing.data, data) : data
-    else at.dir.entries.set(at.name, { kind: "file", data })
-    return undefined
+    const bytes = shared(data)
+    if (existing?.kind === "file") {
+      const delta = bytes.byteLength - existing.data.byteLength
+      existing.data = bytes
+      return delta
+    }
+    at.dir.entries.set(at.name, { kind: "file", data: bytes })
+    return INODE_BYTES + bytes.byteLength
   }
 
-  mkdirp(cwd: string, path: string): boolean {
+  /** Creates the directories of `path`: the change in usage, or undefined when a file is in the way. */
+  mkdirp(cwd: string, path: string): number | undefined {
     let node: VDir = this.root
     const seen: Array<string> = []
+    let created = 0
     for (const part of resolvePath(cwd, path)) {
       const next = node.entries.get(part)
       if (next === undefined) {
-        const created = dir()
-        node.entries.set(part, created)
-        node = created
+        const made = dir()
+        node.entries.set(part, made)
+        node = made
+        created++
       } else if (next.kind === "dir") node = next
       else if (next.kind === "link") {
         const target = this.lookup(joinPath(seen), next.target)
-        if (target?.kind !== "dir") return false
+        if (target?.kind !== "dir") return created === 0 ? undefined : created * INODE_BYTES
         node = target
-      } else return false
+      } else return created === 0 ? undefined : created * INODE_BYTES
       seen.push(part)
     }
-    return true
+    return created * INODE_BYTES
   }
 
-  symlink(cwd: string, target: string, path: string): string | undefined {
+  /** Makes `path` a symbolic link: the change in usage, or why it cannot. */
+  symlink(cwd: string, target: string, path: string): number | FsError {
     const at = this.parentOf(cwd, path)
     if (at === undefined) return "No such file or directory"
-    if (at.dir.entries.get(at.name)?.kind === "dir") return "Is a directory"
+    const existing = at.dir.entries.get(at.name)
+    if (existing?.kind === "dir") return "Is a directory"
     at.dir.entries.set(at.name, { kind: "link", target })
-    return undefined
+    return INODE_BYTES - (existing === undefined ? 0 : usageOf(existing))
   }
 
-  remove(cwd: string, path: string) {
+  /** Removes a name (a link itself, never its target): the change in usage. */
+  remove(cwd: string, path: string): number {
     const at = this.parentOf(cwd, path)
-    at?.dir.entries.delete(at.name)
+    const node = at?.dir.entries.get(at.name)
+    if (at === undefined || node === undefined) return 0
+    at.dir.entries.delete(at.name)
+    return -usageOf(node)
   }
 
-  /** Applies what a process changed (paths are absolute, as the process saw them). */
-  apply(changes: ReadonlyArray<Change>) {
+  /** Applies what a process changed (paths are absolute, as the process saw them): the change in usage. */
+  apply(changes: ReadonlyArray<Change>): number {
+    let delta = 0
+    const count = (result: number | string | undefined) => {
+      if (typeof result === "number") delta += result
+    }
     for (const change of changes) {
-      if (change.op === "rm") {
-        // Removing a name: the link itself, never its target.
-        const at = this.parentOf("/", change.path)
-        at?.dir.entries.delete(at.name)
-      } else if (change.op === "mkdir") this.mkdirp("/", change.path)
-      else {
-        const at = this.parentOf("/", change.path)
-        if (at === undefined) {
-          this.mkdirp("/", change.path.slice(0, change.path.lastIndexOf("/")) || "/")
+      switch (change.op) {
+        case "rm":
+          delta += this.remove("/", change.path)
+          break
+        case "mkdir":
+          count(this.mkdirp("/", change.path))
+          break
+        case "link":
+          count(this.symlink("/", change.target, change.path))
+          break
+        case "write": {
+          if (this.parentOf("/", change.path) === undefined) {
+            count(this.mkdirp("/", change.path.slice(0, change.path.lastIndexOf("/")) || "/"))
+          }
+          count(this.writeFile("/", change.path, change.data))
         }
-        this.writeFile("/", change.path, change.data)
       }
     }
+    return delta
   }
 
   /**
@@ -188,54 +241,8 @@ export class Vfs {
     return copy(this.root, [], new Set())
   }
 
-  /** A deep copy (for factory images). */
-  static clone(node: VDir): VDir {
-    return structuredClone(node)
+  /** The quota usage of the whole tree (the root itself is free). */
+  usage(): number {
+    return usageOf(this.root) - INODE_BYTES
   }
-
-  /** Total bytes of file contents (for reporting). */
-  size(): number {
-    let total = 0
-    const visit = (node: VNode) => {
-      if (node.kind === "file") total += node.data.byteLength
-      else if (node.kind === "dir") node.entries.forEach(visit)
-    }
-    visit(this.root)
-    return total
-  }
-}
-
-export const concat = (a: Uint8Array, b: Uint8Array): Uint8Array => {
-  if (a.byteLength === 0) return b
-  const out = new Uint8Array(a.byteLength + b.byteLength)
-  out.set(a, 0)
-  out.set(b, a.byteLength)
-  return out
-}
-
-// --- snapshots (permanent computers) ----------------------------------------------------------------
-
-type Serialized =
-  | { readonly d: Record<string, Serialized> }
-  | { readonly f: string }
-  | { readonly l: string }
-
-export const serialize = (node: VNode): Serialized => {
-  if (node.kind === "file") return { f: Buffer.from(node.data.buffer, node.data.byteOffset, node.data.byteLength).toString("base64") }
-  if (node.kind === "link") return { l: node.target }
-  const d: Record<string, Serialized> = {}
-  for (const [name, child] of node.entries) d[name] = serialize(child)
-  return { d }
-}
-
-export const deserialize = (value: unknown): VNode => {
-  if (typeof value !== "object" || value === null) throw new Error("invalid snapshot")
-  if ("f" in value && typeof value.f === "string") return { kind: "file", data: new Uint8Array(Buffer.from(value.f, "base64")) }
-  if ("l" in value && typeof value.l === "string") return { kind: "link", target: value.l }
-  if ("d" in value && typeof value.d === "object" && value.d !== null) {
-    const out = dir()
-    for (const [name, child] of Object.entries(value.d)) out.entries.set(name, deserialize(child))
-    return out
-  }
-  throw new Error("invalid snapshot")
 }

@@ -1,0 +1,346 @@
+/*
+ * kt-sandbox: starts a host computer's bubblewrap sandbox without host privilege, and limits the
+ * number of processes inside it.
+ *
+ * Outer mode (run by the server, outside the sandbox):
+ *
+ *   kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... [--channel] -- BWRAP [OPTION...] -- COMMAND [ARG...]
+ *
+ *   0. marks every inherited descriptor but stdin, stdout and stderr close-on-exec, so nothing the
+ *      server happened to inherit reaches the sandbox; with --channel, moves stdin and stdout (the
+ *      agent's channel) to descriptors 3 and 4 and puts /dev/null in their place: bubblewrap's
+ *      init, pid 1 in the sandbox and readable by its processes through /proc/1/fd, closes every
+ *      descriptor above 2, so only the command (see --stdio below) holds the channel;
+ *   1. joins every cgroup DIR (writes its own pid to DIR/cgroup.procs);
+ *   2. with --uid (the server is root): opens the host paths of `--kt-bind`/`--kt-ro-bind` as root,
+ *      enters a private mount namespace, mounts a small tmpfs on /tmp there and bind-mounts each of
+ *      those paths at /tmp/.kt/N, so that bubblewrap, running as the unprivileged UID, can reach them
+ *      wherever they are (a state directory under /root, say). The host never sees these mounts;
+ *   3. with --uid: drops every group and becomes UID/GID (real, effective and saved ids);
+ *   4. joins a new, empty session keyring, so the sandbox does not possess the server's one;
+ *   5. execs BWRAP with its options in a memfd (`bwrap --args FD -- COMMAND...`): the sandbox's pid 1
+ *      shows `bwrap --args N -- COMMAND...` as its command line, with no host path in it.
+ *
+ *   Options of ours inside the bubblewrap options, rewritten on the way:
+ *     --kt-bind SRC DEST     a read-write bind of a host path (staged with --uid, else --bind SRC DEST)
+ *     --kt-ro-bind SRC DEST  the same, read-only
+ *     --kt-data DEST TEXT    a read-only file holding TEXT (a memfd given to --ro-bind-data)
+ *     --kt-exec SRC DEST     a read-only executable copy of the host file SRC (--ro-bind-data), so
+ *                            that the sandbox's mount table does not show where SRC lives
+ *
+ * Inner mode (inside the sandbox, in front of the agent):
+ *
+ *   kt-sandbox [--nproc N] [--stdio IN OUT] -- COMMAND [ARG...]
+ *
+ *   sets RLIMIT_NPROC (soft and hard) to N, with --stdio makes descriptors IN and OUT its stdin
+ *   and stdout again, and execs COMMAND. Set inside the sandbox's user
+ *   namespace, the limit counts only that namespace's processes (Linux counts them per user
+ *   namespace since 5.14), so it is a per-computer limit even when the server is not root.
+ *
+ * Errors go to stderr as one line, `kt-sandbox: ...`, and the exit status is 125.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <linux/close_range.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define STAGE "/tmp"
+#define STAGE_DIR "/tmp/.kt"
+#define KEYCTL_JOIN_SESSION_KEYRING 1
+
+extern char **environ;
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  int saved = errno;
+  fputs("kt-sandbox: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (saved != 0) fprintf(stderr, ": %s", strerror(saved));
+  fputc('\n', stderr);
+  exit(125);
+}
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  fputs("kt-sandbox: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(125);
+}
+
+static unsigned long parse_number(const char *text, const char *what, unsigned long max) {
+  char *end;
+  errno = 0;
+  unsigned long value = strtoul(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value > max) fail("invalid %s '%s'", what, text);
+  return value;
+}
+
+/* A growing NUL-separated argument list, written to the memfd that bwrap reads with --args. */
+struct args { char *buf; size_t len, cap; };
+
+static void add(struct args *a, const char *s) {
+  size_t n = strlen(s) + 1;
+  if (a->len + n > a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 4096;
+    while (cap < a->len + n) cap *= 2;
+    a->buf = realloc(a->buf, cap);
+    if (a->buf == NULL) fail("out of memory");
+    a->cap = cap;
+  }
+  memcpy(a->buf + a->len, s, n);
+  a->len += n;
+}
+
+static void add_fd(struct args *a, int fd) {
+  char text[16];
+  snprintf(text, sizeof text, "%d", fd);
+  add(a, text);
+}
+
+/* A memfd holding `len` bytes of `data`, left open across exec (bwrap closes it once read). */
+static int memfd_with(const char *name, const char *data, size_t len) {
+  int fd = memfd_create(name, 0);
+  if (fd < 0) die("memfd_create");
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write(fd, data + done, len - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      die("writing a memfd");
+    }
+    done += (size_t)n;
+  }
+  if (lseek(fd, 0, SEEK_SET) < 0) die("lseek");
+  return fd;
+}
+
+static void join_cgroup(const char *dir) {
+  char path[PATH_MAX], pid[16];
+  if (snprintf(path, sizeof path, "%s/cgroup.procs", dir) >= (int)sizeof path) fail("cgroup path too long");
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) die("cannot open %s", path);
+  int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
+  if (write(fd, pid, (size_t)n) != n) die("cannot join the cgroup %s", dir);
+  close(fd);
+}
+
+/* A private mount namespace: the host never sees the staging mounts (root only). */
+static void private_mounts(void) {
+  if (unshare(CLONE_NEWNS) < 0) die("cannot create a mount namespace");
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("cannot make the mounts private");
+}
+
+/* A tmpfs on /tmp (in the private namespace): the staging area for host paths. */
+static void mount_stage(void) {
+  if (mount("kt-stage", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0) die("cannot mount the staging tmpfs");
+  if (mkdir(STAGE_DIR, 0755) < 0) die("mkdir " STAGE_DIR);
+}
+
+/* Bind-mounts the host path open as `fd` at STAGE_DIR/N and returns that path. */
+static char *stage(int fd, int n, const char *source) {
+  struct stat st;
+  char from[64], *to;
+  if (fstat(fd, &st) < 0) die("cannot stat %s", source);
+  if (asprintf(&to, STAGE_DIR "/%d", n) < 0) fail("out of memory");
+  if (S_ISDIR(st.st_mode)) {
+    if (mkdir(to, 0755) < 0) die("mkdir %s", to);
+  } else {
+    int file = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (file < 0) die("creating %s", to);
+    close(file);
+  }
+  snprintf(from, sizeof from, "/proc/self/fd/%d", fd);
+  if (mount(from, to, NULL, MS_BIND | MS_REC, NULL) < 0) die("cannot stage %s", source);
+  close(fd);
+  return to;
+}
+
+/* Every descriptor above 2 becomes close-on-exec (those the launcher hands on are made later). */
+static void cloexec_inherited(void) {
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  DIR *dir = opendir("/proc/self/fd");
+  if (dir == NULL) die("cannot list /proc/self/fd");
+  struct dirent *entry;
+  while ((entry = readdir(dir)) != NULL) {
+    int fd = atoi(entry->d_name);
+    if (fd > 2 && fd != dirfd(dir)) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  closedir(dir);
+}
+
+/* Stdin and stdout move to 3 and 4 (inherited across exec); /dev/null takes their place. */
+static void move_channel(void) {
+  if (dup2(0, 3) < 0 || dup2(1, 4) < 0) die("dup2");
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) die("open /dev/null");
+  if (dup2(null, 0) < 0 || dup2(null, 1) < 0) die("dup2");
+  close(null);
+}
+
+static int inner(int argc, char **argv) {
+  /* kt-sandbox [--nproc N] [--stdio IN OUT] -- COMMAND... */
+  long limit = -1, in = -1, out = -1;
+  int i = 1;
+  for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) limit = (long)parse_number(argv[++i], "process limit", 1UL << 30);
+    else if (strcmp(argv[i], "--stdio") == 0 && i + 2 < argc) {
+      in = (long)parse_number(argv[++i], "descriptor", 1 << 20);
+      out = (long)parse_number(argv[++i], "descriptor", 1 << 20);
+    } else fail("unknown option '%s'", argv[i]);
+  }
+  if (i + 1 >= argc) fail("usage: kt-sandbox [--nproc N] [--stdio IN OUT] -- COMMAND [ARG...]");
+  if (limit >= 0) {
+    struct rlimit rl = { (rlim_t)limit, (rlim_t)limit };
+    if (setrlimit(RLIMIT_NPROC, &rl) < 0) die("cannot set the process limit");
+  }
+  if (in >= 0) {
+    if (dup2((int)in, 0) < 0 || dup2((int)out, 1) < 0) die("cannot take the channel");
+    if (in > 1) close((int)in);
+    if (out > 1) close((int)out);
+  }
+  execv(argv[i + 1], argv + i + 1);
+  die("cannot run %s", argv[i + 1]);
+  return 125;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && (strcmp(argv[1], "--nproc") == 0 || strcmp(argv[1], "--stdio") == 0)) return inner(argc, argv);
+
+  long uid = -1, gid = -1;
+  int i = 1;
+  pid_t parent = getppid();
+  cloexec_inherited();
+  for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--channel") == 0) move_channel();
+    else if (strcmp(argv[i], "--uid") == 0 && i + 1 < argc) uid = (long)parse_number(argv[++i], "uid", 0xfffffffeUL);
+    else if (strcmp(argv[i], "--gid") == 0 && i + 1 < argc) gid = (long)parse_number(argv[++i], "gid", 0xfffffffeUL);
+    else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) join_cgroup(argv[++i]);
+    else fail("unknown option '%s'", argv[i]);
+  }
+  if ((uid < 0) != (gid < 0)) fail("--uid and --gid go together");
+  if (uid == 0 || gid == 0) fail("refusing to run the sandbox as root");
+  if (++i >= argc) fail("usage: kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... -- BWRAP [OPTION...] -- COMMAND...");
+  const char *bwrap = argv[i++];
+  int drop = uid > 0;
+  if (drop && geteuid() != 0) fail("--uid needs root");
+
+  /* Open the host paths in the private namespace (a bind needs a mount of this namespace), before
+   * the staging tmpfs hides what the host has under /tmp; then stage them. */
+  if (drop) private_mounts();
+  int first = i, end = i;
+  while (end < argc && strcmp(argv[end], "--") != 0) end++;
+  if (end >= argc - 1) fail("no command after the bubblewrap options");
+  int *fds = calloc((size_t)argc, sizeof(int));
+  if (fds == NULL) fail("out of memory");
+  for (int j = first; j < end; j++) {
+    fds[j] = -1;
+    if ((strcmp(argv[j], "--kt-bind") == 0 || strcmp(argv[j], "--kt-ro-bind") == 0) && j + 2 < end) {
+      if (drop) {
+        fds[j] = open(argv[j + 1], O_PATH | O_CLOEXEC);
+        if (fds[j] < 0) die("cannot open %s", argv[j + 1]);
+      }
+      j += 2;
+    } else if (strcmp(argv[j], "--kt-exec") == 0 && j + 2 < end) {
+      fds[j] = open(argv[j + 1], O_RDONLY | O_CLOEXEC);
+      if (fds[j] < 0) die("cannot open %s", argv[j + 1]);
+      j += 2;
+    } else if (strcmp(argv[j], "--kt-data") == 0) {
+      j += 2;
+    }
+  }
+  if (drop) mount_stage();
+
+  struct args options = { 0 };
+  int staged = 0;
+  for (int j = first; j < end; j++) {
+    const char *arg = argv[j];
+    int ro = strcmp(arg, "--kt-ro-bind") == 0;
+    if (ro || strcmp(arg, "--kt-bind") == 0) {
+      if (j + 2 >= end) fail("%s takes SRC and DEST", arg);
+      add(&options, ro ? "--ro-bind" : "--bind");
+      if (drop) {
+        char *path = stage(fds[j], staged++, argv[j + 1]);
+        add(&options, path);
+        free(path);
+      } else {
+        add(&options, argv[j + 1]);
+      }
+      add(&options, argv[j + 2]);
+      j += 2;
+    } else if (strcmp(arg, "--kt-exec") == 0) {
+      if (j + 2 >= end) fail("--kt-exec takes SRC and DEST");
+      if (fcntl(fds[j], F_SETFD, 0) < 0) die("fcntl");
+      add(&options, "--perms");
+      add(&options, "0555");
+      add(&options, "--ro-bind-data");
+      add_fd(&options, fds[j]);
+      add(&options, argv[j + 2]);
+      j += 2;
+    } else if (strcmp(arg, "--kt-data") == 0) {
+      if (j + 2 >= end) fail("--kt-data takes DEST and TEXT");
+      int fd = memfd_with("kt-data", argv[j + 2], strlen(argv[j + 2]));
+      add(&options, "--ro-bind-data");
+      add_fd(&options, fd);
+      add(&options, argv[j + 1]);
+      j += 2;
+    } else {
+      add(&options, arg);
+    }
+  }
+  free(fds);
+  int options_fd = memfd_with("bwrap-args", options.buf, options.len);
+  free(options.buf);
+
+  if (drop) {
+    if (setgroups(0, NULL) < 0) die("setgroups");
+    if (setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) < 0) die("setresgid %ld", gid);
+    if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) < 0) die("setresuid %ld", uid);
+    uid_t r, e, s;
+    if (getresuid(&r, &e, &s) < 0 || r != (uid_t)uid || e != (uid_t)uid || s != (uid_t)uid) fail("could not become uid %ld", uid);
+    /* The server's working directory may be out of the unprivileged user's reach. */
+    if (chdir("/") < 0) die("chdir /");
+  }
+  /* A new anonymous session keyring owned by the sandbox's user. ENOSYS/EPERM: keyrings are not
+   * available to this process (a seccomp filter, say), and so not to the sandbox either. */
+  if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS && errno != EPERM) {
+    die("cannot join a new session keyring");
+  }
+  /* Changing ids cleared the parent-death signal: set it again, then make sure the server is still there. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("prctl");
+  if (getppid() != parent) fail("the server went away");
+
+  char **exec_argv = calloc((size_t)(argc - end + 4), sizeof(char *));
+  if (exec_argv == NULL) fail("out of memory");
+  char fd_text[16];
+  snprintf(fd_text, sizeof fd_text, "%d", options_fd);
+  int k = 0;
+  exec_argv[k++] = "bwrap";
+  exec_argv[k++] = "--args";
+  exec_argv[k++] = fd_text;
+  for (int j = end; j < argc; j++) exec_argv[k++] = argv[j];
+  exec_argv[k] = NULL;
+  execve(bwrap, exec_argv, environ);
+  die("cannot run %s", bwrap);
+  return 125;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env node
+// Bundles the `kilntainers` command (dist/src/cli/bin.js, compiled by tsc) with esbuild into
+// dist/bin/kilntainers.mjs plus chunks for what it loads lazily (backends, HTTP, egress, traces).
+// A stdio server then starts from a handful of files instead of ~750 modules (effect, the MCP SDK,
+// zod, fast-check): issue 12's startup budget. The library (dist/src) is not bundled. Dependencies
+// only lazily loaded code needs — the cloud and container SDKs, OpenTelemetry, the X.509 library —
+// stay external and load from node_modules when their backend or feature is chosen.
+import { build } from "esbuild"
+import { readFileSync, rmSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..")
+const { dependencies } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"))
+/** Bundled: what every start needs. Everything else a dependency is stays external. */
+const bundled = new Set(["effect", "@effect/platform", "@effect/platform-node", "@modelcontextprotocol/sdk", "zod", "re2js"])
+const external = Object.keys(dependencies).filter((name) => !bundled.has(name)).flatMap((name) => [name, `${name}/*`])
+const outdir = join(root, "dist", "bin")
+rmSync(outdir, { recursive: true, force: true })
+const result = await build({
+  entryPoints: { kilntainers: join(root, "dist", "src", "cli", "bin.js") },
+  outdir,
+  outExtension: { ".js": ".mjs" },
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  platform: "node",
+  target: "node20",
+  external,
+  minifySyntax: true,
+  minifyWhitespace: true,
+  chunkNames: "chunks/[name]-[hash]",
+  // CommonJS dependencies bundled into ESM (ajv) call require().
+  banner: { js: "import { createRequire as __ktCreateRequire } from 'node:module'; const require = __ktCreateRequire(import.meta.url);" },
+  metafile: true,
+  logLevel: "warning"
+})
+const bytes = Object.values(result.metafile.outputs).reduce((sum, output) => sum + output.bytes, 0)
+console.error(`build-bundle: dist/bin/kilntainers.mjs and ${Object.keys(result.metafile.outputs).length - 1} chunks, ${bytes} bytes`)

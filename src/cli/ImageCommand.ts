@@ -1,0 +1,112 @@
+/**
+ * `kilntainers image build`: builds the computer image (the recipe in `images/computer/`, shipped
+ * with the package) on the user's engine — Docker or Podman, found with the same `--engine` and
+ * `--docker-host` (and their `KILNTAINERS_*` variables) as the server's docker backend. The engine's
+ * build output goes to stderr; the image's tag is the one line on stdout, for scripts
+ * (`--image "$(kilntainers image build)"`).
+ */
+import { Console, Effect, Either } from "effect"
+import { existsSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { parseArgv } from "./ArgvParser.js"
+import { ConfigRefused, UsageError } from "./CliError.js"
+import * as Flag from "./Flag.js"
+import { dockerFlags } from "./flags/ContainerFlags.js"
+import * as Help from "./Help.js"
+import { resolveTable } from "./ResolvedFlags.js"
+
+/** The computer image's default name. */
+export const COMPUTER_IMAGE = "kilntainers-computer:bookworm"
+/** The recipe's default base: the server's default image, where a registry is reachable. */
+export const DEFAULT_BASE = "debian:bookworm-slim"
+
+const group = "image build options" as const
+
+/** Only the command line gives these (no variables: a build is asked for, not configured). */
+const commandLineOnly = <A>(flag: Flag.Flag<A>): Flag.Flag<A> => ({ ...flag, variables: [] })
+
+export const imageFlags = {
+  engine: { ...dockerFlags.engine, group, backends: undefined, help: "Container engine to build on (also KILNTAINERS_ENGINE)" },
+  dockerHost: {
+    ...dockerFlags.dockerHost,
+    group,
+    backends: undefined,
+    help: "Engine address, unix://, tcp:// or ssh:// (also KILNTAINERS_DOCKER_HOST)"
+  },
+  tag: commandLineOnly(Flag.text("tag", { group, metavar: "TAG", default: COMPUTER_IMAGE, help: "Name of the image built" })),
+  base: commandLineOnly(Flag.text("base", {
+    group,
+    metavar: "IMAGE",
+    default: DEFAULT_BASE,
+    help: "Debian image to build on; it must be on the engine already"
+  }))
+}
+
+const flags = Object.values(imageFlags)
+
+const help = (width: number) =>
+  Help.render(flags, {
+    all: true,
+    width,
+    command: {
+      usage: ["usage: kilntainers image build [-h] [--engine ENGINE] [--docker-host URL] [--tag TAG] [--base IMAGE]"],
+      description: "Builds the computer image on the engine: Debian with git, curl, python3 and pip, build-essential, vim, " +
+        "less, procps, jq, unzip, and a non-root user agent (uid 1000, home /home/agent). Use it with " +
+        "--backend docker --image TAG.",
+      actions: [{ names: ["-h", "--help"], help: "Show this help and exit" }],
+      footer: "The engine's build output goes to stderr; the image's name is printed on stdout once it is built. " +
+        "The build downloads Debian packages: the engine needs to reach Debian's mirror. Without a registry, " +
+        "scripts/docker-test-image.sh in a clone makes a Debian base locally: --base kilntainers-test:bookworm."
+    }
+  })
+
+/**
+ * The recipe's directory: `images/computer` in the package, found upwards from this module (it runs
+ * from `src/cli` under the tests and from `dist/src/cli` when built).
+ */
+export const recipeDirectory = (from: string = fileURLToPath(import.meta.url)): string | undefined => {
+  for (let dir = dirname(from), depth = 0; depth < 6; dir = dirname(dir), depth++) {
+    const candidate = join(dir, "images", "computer")
+    if (existsSync(join(candidate, "Dockerfile"))) return candidate
+    if (dirname(dir) === dir) break
+  }
+  return undefined
+}
+
+/** Runs `kilntainers image …` (`argv` after `image`); the outcome as Cli.main reports it. */
+export const run = (argv: ReadonlyArray<string>, width: number) =>
+  Effect.gen(function*() {
+    const [verb, ...rest] = argv
+    if (verb === undefined || verb === "-h" || verb === "--help") return { exitCode: 0, stdout: help(width) }
+    if (verb !== "build") {
+      return yield* new UsageError({ message: `unknown command: kilntainers image ${verb} (the one there is: kilntainers image build)` })
+    }
+    const parsed = yield* parseArgv(rest, flags)
+    if (parsed.action === "help" || parsed.action === "help-all") return { exitCode: 0, stdout: help(width) }
+    if (parsed.action !== "serve") {
+      return yield* new UsageError({ message: `${rest.find((word) => word.startsWith("--") && !word.includes("="))} does not apply to kilntainers image build` })
+    }
+    const { values } = yield* resolveTable(parsed, imageFlags)
+    const recipe = recipeDirectory()
+    if (recipe === undefined) {
+      return yield* new ConfigRefused({ message: "the computer image's recipe (images/computer/Dockerfile) is not in this installation" })
+    }
+    const [DockerEngine, DockerImageBuild] = yield* Effect.promise(() =>
+      Promise.all([import("../layers/backends/docker/DockerEngine.js"), import("../layers/backends/docker/DockerImageBuild.js")])
+    )
+    const address = { engine: values.engine, dockerHost: values.dockerHost }
+    const connection = DockerEngine.connectionOptions(address)
+    if (Either.isLeft(connection)) return yield* new ConfigRefused({ message: `--docker-host: ${connection.left}` })
+    const engine = yield* DockerEngine.make(address)
+    yield* DockerEngine.reachable(engine)
+    yield* Console.error(`kilntainers: building ${values.tag} on the ${engine.name} engine at ${engine.where} from ${recipe}, on ${values.base}`)
+    const built = yield* DockerImageBuild.build(engine, {
+      recipe,
+      tag: values.tag,
+      base: values.base,
+      onProgress: (line) => Console.error(line)
+    })
+    yield* Console.error(`kilntainers: built ${built.tag} (${built.id.replace(/^sha256:/, "").slice(0, 12)}, recipe ${built.recipe})`)
+    return { exitCode: 0, stdout: `${built.tag}\n` }
+  })

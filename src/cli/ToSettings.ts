@@ -1,0 +1,149 @@
+/** The resolved flags as the server's `Settings` and the HTTP transport's options. */
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import { homedir } from "node:os"
+import { join } from "node:path"
+import { defaultSettings, type EgressHeaderSetting, type SettingsShape } from "../services/Settings.js"
+import { parseSize } from "../layers/backends/wasm/Quota.js"
+import { maxMessageBytes } from "../layers/mcp/Limits.js"
+import * as EgressPolicy from "../layers/egress/EgressPolicy.js"
+import { ConfigRefused } from "./CliError.js"
+import type { FlagValues } from "./FlagTable.js"
+
+/** `$XDG_STATE_HOME/kilntainers`, else `~/.local/state/kilntainers`. */
+export const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
+  Config.map((dir) => join(dir, "kilntainers")),
+  Config.orElse(() => Config.string("HOME").pipe(Config.map((home) => join(home, ".local", "state", "kilntainers")))),
+  Config.orElse(() => Config.succeed(join(homedir(), ".local", "state", "kilntainers")))
+)
+
+/** The HTTP transport's part of the flags (see `HttpServer.HttpOptions`). */
+export const httpOptions = (values: FlagValues) => ({
+  host: values.host,
+  port: values.port,
+  sessionTimeoutMs: values.sessionTimeout * 1000,
+  authToken: values.authToken === undefined ? undefined : Redacted.value(values.authToken),
+  allowUnauthenticated: values.allowUnauthenticatedHttp,
+  maxSessions: values.maxSessions,
+  maxBodyBytes: maxMessageBytes
+})
+
+/**
+ * The secrets of `--egress-header` rules, read once from the server's environment (through Config).
+ * A variable that is missing, empty or not a header value is refused: a rule that silently sends
+ * nothing would look like a broken service.
+ */
+const egressHeaders = (rules: ReadonlyArray<string>) =>
+  Effect.forEach(rules, (rule) =>
+    Effect.gen(function*() {
+      const spec = EgressPolicy.parseHeaderRule(rule)
+      if (Either.isLeft(spec)) return yield* new ConfigRefused({ message: `--egress-header: ${spec.left}` })
+      const variable = spec.right.variable
+      const value = yield* Config.option(Config.redacted(variable)).pipe(Effect.orElseSucceed(() => Option.none()))
+      if (Option.isNone(value)) {
+        return yield* new ConfigRefused({
+          message: `--egress-header ${rule}: the server's environment has no ${variable}; export it before starting kilntainers`
+        })
+      }
+      const problem = EgressPolicy.headerValueProblem(Redacted.value(value.value))
+      if (problem !== undefined) return yield* new ConfigRefused({ message: `--egress-header ${rule}: ${variable} ${problem}` })
+      return { rule, value: value.value } satisfies EgressHeaderSetting
+    }))
+
+export const toSettings = (values: FlagValues) =>
+  Effect.gen(function*() {
+    const stateDir = values.stateDir ?? (yield* Effect.orDie(defaultStateDir))
+    const settings: SettingsShape = {
+      ...defaultSettings,
+      backend: values.backend === "go_busybox" ? "toolset" : values.backend,
+      transport: values.transport,
+      timeout: values.timeout,
+      outputLimit: values.outputLimit,
+      shell: values.shell,
+      network: values.network,
+      toolInstructionOverride: values.toolInstructionOverride,
+      extendedToolInstruction: values.extendedToolInstruction,
+      stateDir,
+      unsafeNoSandbox: values.unsafeNoSandbox,
+      bwrapPath: values.bwrapPath,
+      spawnTimeoutMs: Math.min(values.spawnTimeoutMs, values.maxTimeoutMs),
+      maxTimeoutMs: values.maxTimeoutMs,
+      maxCallMs: Math.min(values.maxCallMs, values.maxTimeoutMs),
+      inlineBytes: values.inlineBytes,
+      stdinYieldMs: values.stdinYieldMs,
+      psFinished: values.psFinished,
+      warmPool: values.warmPool,
+      maxFinished: values.maxFinished,
+      headBytes: values.headBytes,
+      tailBytes: values.tailBytes,
+      cols: values.cols,
+      rows: values.rows,
+      killGraceMs: values.killGraceMs,
+      env: values.env,
+      engine: values.engine,
+      dockerHost: values.dockerHost,
+      image: values.image,
+      cpu: values.cpu,
+      memory: values.memory,
+      pidsLimit: values.pidsLimit,
+      dockerRunFlags: values.dockerRunFlag,
+      fly: {
+        app: values.flyApp,
+        token: values.flyToken,
+        image: values.flyImage,
+        region: values.flyRegion,
+        cpuKind: values.flyCpuKind,
+        cpus: values.flyCpus,
+        memoryMb: values.flyMemory,
+        rootfsSizeGb: values.flyRootfsSize,
+        apiUrl: values.flyApiUrl ?? defaultSettings.fly.apiUrl,
+        rateLimit: { perSecond: values.flyRateLimit, burst: values.flyRateBurst }
+      },
+      e2b: {
+        apiKey: values.e2bApiKey,
+        template: values.e2bTemplate,
+        sandboxTimeoutSec: values.e2bSandboxTimeout,
+        maxRuntimeSec: values.e2bMaxRuntime,
+        metadata: values.e2bMetadata,
+        envs: values.e2bEnv,
+        apiUrl: values.e2bApiUrl,
+        sandboxUrl: values.e2bSandboxUrl,
+        domain: values.e2bDomain,
+        home: values.e2bHome
+      },
+      modal: {
+        tokenId: values.modalTokenId,
+        tokenSecret: values.modalTokenSecret,
+        appName: values.modalAppName,
+        image: values.modalImage,
+        cpu: values.modalCpu,
+        memoryMb: values.modalMemory,
+        gpu: values.gpu,
+        region: values.region,
+        sandboxTimeoutSec: values.sandboxTimeout
+      },
+      wasmPath: values.wasmPath,
+      wasmMaxMemoryMb: values.wasmMaxMemory,
+      wasmMaxDiskBytes: parseSize(values.wasmMaxDisk) ?? defaultSettings.wasmMaxDiskBytes,
+      wasmTimeoutMs: values.wasmTimeoutMs,
+      otel: { endpoint: values.otelEndpoint, serviceName: values.otelServiceName },
+      egress: {
+        allowHosts: values.allowHost,
+        resolve: values.egressResolve,
+        headers: yield* egressHeaders(values.egressHeader),
+        upstreamCaFiles: values.egressCaFile,
+        relayPort: values.egressRelayPort,
+        maxConnections: values.egressMaxConnections,
+        idleTimeoutMs: values.egressIdleTimeout * 1000
+      },
+      auditLog: {
+        path: values.auditLog,
+        maxBytes: parseSize(values.auditLogMaxSize) ?? defaultSettings.auditLog.maxBytes,
+        keep: values.auditLogKeep
+      }
+    }
+    return settings
+  })

@@ -1,0 +1,370 @@
+/**
+ * The server side of the kt-agent protocol (AgentProtocol.ts, native/kt-agent.c): one AgentClient
+ * drives one agent — one computer. It is a plain class fed by the agent's channel; backends use it
+ * through AgentProcesses.ts, and start it with AgentLauncher.ts (host) or DockerAgent.ts.
+ *
+ * Everything the agent says goes through FrameDecoder first. A protocol violation, like the agent's
+ * death, ends only this computer: every process of it ends (SIGKILL), `onLost` gets the reason
+ * ("agent protocol violation: …"), the agent is killed, and nothing is thrown into the caller.
+ * Its failures are ProviderErrors of the backend that runs it ("Unavailable": the agent is gone).
+ */
+import * as Effect from "effect/Effect"
+import type { Readable, Writable } from "node:stream"
+import type { AgentChannel } from "./AgentChannel.js"
+import { type ProviderError, providerError, SpawnFailed } from "../../../domain/Errors.js"
+import { signalNumber } from "../../../domain/Signals.js"
+import type { ExitInfo } from "../../../services/Backend.js"
+import { type AgentSpawnSpec, encodeFrame, encodeSize, encodeSpawn, encodeU32, FrameType } from "./AgentProtocol.js"
+import { FrameDecoder } from "./FrameDecoder.js"
+import { RelayHub, type RelayListener } from "./Relay.js"
+
+/** Callbacks of one process started through the agent. */
+export interface ProcessHandlers {
+  /** `data` is only valid during the call (its memory is reused for the next read): copy what you keep. */
+  readonly onStdout: (data: Uint8Array) => void
+  readonly onStderr: (data: Uint8Array) => void
+  /** Once; after every byte the process itself wrote. `ended`: processes a teardown of its tree ended. */
+  readonly onExit: (exit: ExitInfo, ended: number) => void
+  /** Once, last: no more output will come. `ended`: as for onExit, since; undefined when the agent died. */
+  readonly onClosed: (ended: number | undefined) => void
+}
+
+type SpawnResult = { readonly pid: number } | { readonly failed: string } | { readonly error: string }
+
+interface Entry {
+  readonly handlers: ProcessHandlers
+  pending: ((result: SpawnResult) => void) | undefined
+  exited: boolean
+}
+
+/**
+ * The agent process as the client needs it: a child process here, or an agent started inside a
+ * container through the engine (see DockerAgent.ts). `close` comes after its output ended.
+ */
+export interface AgentProcess {
+  readonly stdin: Writable | null
+  readonly stdout: Readable | null
+  readonly stderr: Readable | null
+  readonly pid?: number | undefined
+  on(event: "error", listener: (error: Error) => void): unknown
+  on(event: "close", listener: (code: number | null, signal: NodeJS.Signals | null) => void): unknown
+  kill(signal?: NodeJS.Signals): boolean
+}
+
+export interface AgentOptions {
+  /** Called when the agent dies or breaks the protocol other than through `shutdown`. */
+  readonly onLost?: ((reason: string) => void) | undefined
+  /** Where connections to the agent's relay port go (the agent must have been given --relay-port). */
+  readonly relay?: RelayListener | undefined
+  /** The agent's own diagnostics (LOG frames), e.g. a capability bounding set it could not clear. */
+  readonly onLog?: ((text: string) => void) | undefined
+}
+
+/** Fibers waiting until a condition holds, resumed together. */
+class Waiters {
+  private readonly waiting = new Set<() => void>()
+  constructor(private readonly holds: () => boolean) {}
+
+  readonly await: Effect.Effect<void> = Effect.async<void>((resume) => {
+    if (this.holds()) return resume(Effect.void)
+    const waiter = () => resume(Effect.void)
+    this.waiting.add(waiter)
+    return Effect.sync(() => this.waiting.delete(waiter))
+  })
+
+  release(): void {
+    for (const waiter of this.waiting) waiter()
+    this.waiting.clear()
+  }
+}
+
+/** How long to wait for the rest of the channel after the agent exited. */
+const DRAIN_AFTER_EXIT = "1 second"
+
+export class AgentClient {
+  private readonly entries = new Map<number, Entry>()
+  /** The client is done (the agent died, broke the protocol, or was shut down). */
+  private readonly gone = new Waiters(() => this.dead !== undefined)
+  /** The agent process exited (its channel may still hold frames). */
+  private readonly agentExited = new Waiters(() => this.exitReason !== undefined)
+  /** Why the agent process exited, once it has (its channel may still hold frames). */
+  private exitReason: string | undefined
+  private readonly decoder: FrameDecoder
+  private readonly relay: RelayHub
+  private nextId = 1
+  private dead: string | undefined
+  private closing = false
+  private stderrTail = ""
+  private readyWaiter: ((error: string | undefined) => void) | undefined
+  private wasReady = false
+  /** Processes whose consumers are full: while any, the channel is not read. */
+  private readonly held = new Set<number>()
+
+  /**
+   * `channel`: where the agent's frames come from (a FIFO, or the process's stdout); it is paused
+   * while output is held. `channelIsStdout`: the process's 'close' comes after the channel ended.
+   */
+  constructor(
+    private readonly backend: string,
+    private readonly child: AgentProcess,
+    private readonly channel: AgentChannel,
+    channelIsStdout: boolean,
+    private readonly options: AgentOptions = {}
+  ) {
+    this.relay = new RelayHub(backend, (type, id, payload) => this.send(type, id, payload), options.relay)
+    this.decoder = new FrameDecoder({
+      ready: () => {
+        this.wasReady = true
+        const waiter = this.readyWaiter
+        this.readyWaiter = undefined
+        waiter?.(undefined)
+      },
+      started: (id, pid) => this.settle(id, { pid }),
+      spawnFailed: (id, reason) => {
+        const entry = this.entries.get(id)
+        this.entries.delete(id)
+        entry?.pending?.({ failed: reason })
+      },
+      output: (id, stream, data) => {
+        const entry = this.entries.get(id)
+        if (entry === undefined) return
+        if (stream === "stdout") entry.handlers.onStdout(data)
+        else entry.handlers.onStderr(data)
+      },
+      exit: (id, exit, ended) => {
+        const entry = this.entries.get(id)
+        if (entry === undefined || entry.exited) return
+        entry.exited = true
+        entry.handlers.onExit(exit, ended)
+      },
+      closed: (id, ended) => {
+        const entry = this.entries.get(id)
+        this.entries.delete(id)
+        this.holdOutput(id, false)
+        entry?.handlers.onClosed(ended)
+      },
+      released: () => {},
+      log: (text) => {
+        this.stderr(`[agent] ${text}\n`)
+        options.onLog?.(text)
+      },
+      relayOpen: (id) => this.relay.open(id, this.decoder),
+      relayData: (id, data) => this.relay.data(id, data),
+      relayEof: (id) => this.relay.eof(id),
+      relayCredit: (id, bytes) => this.relay.credit(id, bytes),
+      relayClosed: (id, reset) => this.relay.closed(id, reset),
+      violation: (reason) => this.violation(reason)
+    })
+    let channelEnded = channelIsStdout
+    const onChannelEnd = () => {
+      channelEnded = true
+      if (this.exitReason !== undefined) this.die(this.exitReason)
+    }
+    channel.start((chunk) => this.push(chunk), channelIsStdout ? () => {} : onChannelEnd)
+    child.stderr?.on("data", (chunk: Buffer) => this.stderr(chunk.toString("utf8")))
+    this.child.stdin?.on("error", () => {})
+    child.on("error", (error) => this.die(`cannot start the agent: ${error.message}`))
+    child.on("close", (code, signal) => {
+      const how = signal ? `was killed by ${signal}` : `exited with code ${code}`
+      const detail = this.stderrTail.trim()
+      this.exitReason = `the computer's agent ${how}${detail ? `: ${detail}` : ""}`
+      // Frames still in the channel come first (see drainAfterExit).
+      if (channelEnded) this.die(this.exitReason)
+      this.agentExited.release()
+    })
+  }
+
+  /**
+   * Once the agent process has exited, gives its channel a moment to deliver what it still holds,
+   * then gives up on it: something else holding a FIFO channel open must not keep the computer
+   * from being reported lost. Run it in the agent's Scope (AgentLauncher does) when the channel is
+   * not the process's own stdout.
+   */
+  readonly drainAfterExit: Effect.Effect<void> = this.agentExited.await.pipe(
+    Effect.zipRight(Effect.sleep(DRAIN_AFTER_EXIT)),
+    Effect.zipRight(Effect.sync(() => {
+      if (this.exitReason !== undefined) this.die(this.exitReason)
+    }))
+  )
+
+  private unavailable(operation: string, reason: string): ProviderError {
+    return providerError(this.backend, operation, "Unavailable", reason)
+  }
+
+  private push(chunk: Buffer): void {
+    try {
+      this.decoder.push(chunk)
+    } catch (error) {
+      // A handler failed on this input: the computer is unusable, the server is not.
+      this.violation(`the server could not handle a frame: ${error instanceof Error ? error.message : String(error)}`)
+    }
+  }
+
+  private stderr(text: string): void {
+    this.stderrTail = (this.stderrTail + text).slice(-4000)
+  }
+
+  private violation(reason: string): void {
+    this.die(`agent protocol violation: ${reason}`)
+    this.child.kill("SIGKILL")
+  }
+
+  /** Succeeds once the agent reported READY; fails with the reason it did not (e.g. bwrap's message). */
+  readonly ready: Effect.Effect<void, ProviderError> = Effect.async((resume) => {
+    if (this.wasReady) return resume(Effect.void)
+    if (this.dead !== undefined) return resume(Effect.fail(this.unavailable("start the computer's agent", this.dead)))
+    this.readyWaiter = (error) =>
+      resume(error === undefined ? Effect.void : Effect.fail(this.unavailable("start the computer's agent", error)))
+    return Effect.sync(() => {
+      this.readyWaiter = undefined
+    })
+  })
+
+  /** Why the agent is unusable, or undefined while it runs. */
+  get failure(): string | undefined {
+    return this.dead
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid
+  }
+
+  private settle(id: number, result: SpawnResult): void {
+    const entry = this.entries.get(id)
+    const pending = entry?.pending
+    if (entry) entry.pending = undefined
+    pending?.(result)
+  }
+
+  private die(reason: string): void {
+    if (this.dead !== undefined) return
+    this.dead = this.closing ? "the computer was closed" : reason
+    this.held.clear()
+    this.channel.destroy()
+    this.relay.dead()
+    if (!this.closing) this.options.onLost?.(reason)
+    const waiter = this.readyWaiter
+    this.readyWaiter = undefined
+    waiter?.(reason)
+    const entries = [...this.entries.values()]
+    this.entries.clear()
+    for (const entry of entries) {
+      if (entry.pending) {
+        entry.pending({ error: this.dead })
+        continue
+      }
+      if (!entry.exited) {
+        entry.exited = true
+        entry.handlers.onExit({ exitCode: null, signal: "SIGKILL" }, 0)
+      }
+      entry.handlers.onClosed(undefined)
+    }
+    this.gone.release()
+  }
+
+  private send(type: number, id: number, payload?: Uint8Array): void {
+    if (this.dead === undefined) this.child.stdin?.write(encodeFrame(type, id, payload))
+  }
+
+  /** Starts a process with pipes, or on a terminal of the given size; resolves with its id and pid. */
+  spawn(
+    spec: AgentSpawnSpec,
+    handlers: ProcessHandlers,
+    tty?: { readonly cols: number; readonly rows: number }
+  ): Effect.Effect<{ readonly id: number; readonly pid: number }, SpawnFailed | ProviderError> {
+    const command = spec.argv.join(" ")
+    return Effect.async((resume) => {
+      if (this.dead !== undefined) {
+        resume(Effect.fail(this.unavailable("start a process", this.dead)))
+        return
+      }
+      const payload = encodeSpawn(spec)
+      if (payload === undefined || spec.argv.length === 0) {
+        resume(Effect.fail(new SpawnFailed({ command, reason: "argv is empty or contains a NUL byte" })))
+        return
+      }
+      const id = this.nextId++
+      const entry: Entry = { handlers, pending: undefined, exited: false }
+      entry.pending = (result) => {
+        entry.pending = undefined
+        if ("pid" in result) resume(Effect.succeed({ id, pid: result.pid }))
+        else if ("failed" in result) resume(Effect.fail(new SpawnFailed({ command, reason: result.failed })))
+        else resume(Effect.fail(this.unavailable("start a process", result.error)))
+      }
+      this.entries.set(id, entry)
+      this.decoder.expectSpawn(id)
+      if (tty === undefined) this.send(FrameType.Spawn, id, payload)
+      else this.send(FrameType.SpawnTty, id, Buffer.concat([encodeSize(tty.cols, tty.rows), payload]))
+      return Effect.sync(() => {
+        // Interrupted while starting: whatever starts is killed and forgotten.
+        if (entry.pending !== undefined) {
+          entry.pending = undefined
+          this.release(id)
+        }
+      })
+    })
+  }
+
+  write(id: number, data: Uint8Array): void {
+    if (this.entries.has(id)) this.send(FrameType.Stdin, id, data)
+  }
+
+  closeStdin(id: number): void {
+    if (this.entries.has(id)) this.send(FrameType.StdinEof, id)
+  }
+
+  resize(id: number, cols: number, rows: number): void {
+    if (this.entries.has(id)) this.send(FrameType.Resize, id, encodeSize(cols, rows))
+  }
+
+  /** Signals the process group; SIGKILL ends the whole tree. False when the name is unknown. */
+  signal(id: number, signal: string): boolean {
+    const n = signalNumber(signal)
+    if (n === undefined) return false
+    if (this.entries.has(id)) this.send(FrameType.Signal, id, encodeU32(n))
+    return true
+  }
+
+  /** Forgets a process: the agent tears down its tree if still open, and reports nothing more. */
+  release(id: number): void {
+    this.entries.delete(id)
+    this.holdOutput(id, false)
+    if (this.decoder.isLive(id)) {
+      this.decoder.releasing(id)
+      this.send(FrameType.Release, id)
+    }
+  }
+
+  /**
+   * Backpressure: while any process holds the output, the channel is not read, so the agent blocks
+   * on it and its processes block on their full pipes.
+   */
+  holdOutput(id: number, hold: boolean): void {
+    if (this.dead !== undefined) return
+    const before = this.held.size
+    if (hold && this.entries.has(id)) this.held.add(id)
+    else this.held.delete(id)
+    if (before === 0 && this.held.size > 0) this.channel.pause()
+    else if (before > 0 && this.held.size === 0) this.channel.resume()
+  }
+
+  /**
+   * Ends the agent: closing its stdin makes it kill every process tree it started, and exit. One
+   * that does not within 3 seconds is killed, and its channel given up.
+   */
+  readonly shutdown: Effect.Effect<void> = Effect.suspend(() => {
+    this.closing = true
+    this.child.stdin?.end()
+    return this.gone.await.pipe(
+      // Runs in finalizers (uninterruptible): without this the timeout could not stop the wait.
+      Effect.interruptible,
+      Effect.timeout("3 seconds"),
+      Effect.catchAll(() =>
+        Effect.sync(() => {
+          this.child.kill("SIGKILL")
+          this.die("the computer was closed")
+        })
+      )
+    )
+  })
+}

@@ -1,0 +1,162 @@
+/**
+ * The fast path into a running container: kt-agent (the same static supervisor the host backend
+ * runs in bubblewrap) copied into the container and started once, through one Engine API exec whose
+ * hijacked stdin/stdout carry the agent's framed protocol. Every later process — with pipes or on a
+ * terminal the agent allocates inside the container — is a fork+exec by the agent, with no engine
+ * round trip, instead of one exec create + start + inspect per command.
+ */
+import type Docker from "dockerode"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import { EventEmitter } from "node:events"
+import { readFileSync } from "node:fs"
+import { PassThrough, type Duplex, type Writable } from "node:stream"
+import { ProviderError, providerError } from "../../../domain/Errors.js"
+import { fromStream } from "../agent/AgentChannel.js"
+import * as AgentClient from "../agent/AgentClient.js"
+import type * as NativeBinaries from "../agent/NativeBinaries.js"
+import type { RelayListener } from "../agent/Relay.js"
+import { Demuxer } from "./Demuxer.js"
+
+/** Where the agent lives inside the container. */
+export const AGENT_DIR = "/.kilntainers"
+export const AGENT_PATH = `${AGENT_DIR}/kt-agent`
+const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+const header = (name: string, size: number, mode: number, type: "0" | "5") => {
+  const block = Buffer.alloc(512)
+  const field = (value: string, offset: number, length: number) => block.write(value, offset, length, "utf8")
+  const octal = (value: number, offset: number, length: number) =>
+    field(value.toString(8).padStart(length - 1, "0") + "\0", offset, length)
+  field(name, 0, 100)
+  octal(mode, 100, 8)
+  octal(0, 108, 8)
+  octal(0, 116, 8)
+  octal(size, 124, 12)
+  octal(0, 136, 12)
+  block.fill(" ", 148, 156)
+  field(type, 156, 1)
+  field("ustar\0", 257, 6)
+  field("00", 263, 2)
+  let sum = 0
+  for (const byte of block) sum += byte
+  field(sum.toString(8).padStart(6, "0") + "\0 ", 148, 8)
+  return block
+}
+
+/** A ustar archive of the agent binary under AGENT_DIR, as the Engine's putArchive takes it. */
+export const agentArchive = (binary: Buffer): Buffer =>
+  Buffer.concat([
+    header(`${AGENT_DIR.slice(1)}/`, 0, 0o755, "5"),
+    header(AGENT_PATH.slice(1), binary.length, 0o755, "0"),
+    binary,
+    Buffer.alloc((512 - (binary.length % 512)) % 512),
+    Buffer.alloc(1024)
+  ])
+
+/**
+ * The agent's exec as an AgentProcess: the engine's multiplexed stream split without gathering,
+ * payload pieces passed on as they arrive. Stdout is the agent's frame channel; when its reader is
+ * full, the socket is paused (back-pressure reaches the agent).
+ */
+class ExecAgent extends EventEmitter implements AgentClient.AgentProcess {
+  readonly stdout = new PassThrough({ highWaterMark: 1 << 20 })
+  readonly stderr = new PassThrough()
+  readonly stdin: Writable
+
+  constructor(private readonly stream: Duplex, exec: Docker.Exec) {
+    super()
+    this.stdin = stream
+    const demuxer = new Demuxer((type, piece) => {
+      const target = type === 1 ? this.stdout : type === 2 ? this.stderr : undefined
+      if (target !== undefined && !target.write(piece) && target === this.stdout) stream.pause()
+    })
+    stream.on("data", (chunk: Buffer) => demuxer.push(chunk))
+    this.stdout.on("drain", () => stream.resume())
+    let closed = false
+    const close = () => {
+      if (closed) return
+      closed = true
+      this.stdout.end()
+      this.stderr.end()
+      exec.inspect().then(
+        (info) => this.emit("close", info.ExitCode ?? null, null),
+        () => this.emit("close", null, "SIGKILL")
+      )
+    }
+    stream.on("end", close)
+    stream.on("close", close)
+    stream.on("error", (error) => this.emit("error", error))
+  }
+
+  kill(): boolean {
+    this.stream.destroy()
+    return true
+  }
+}
+
+/**
+ * An error of the shared agent client as this backend's ProviderError (the agent folder is being
+ * ported to ProviderError as well: one that already is one is kept as it is).
+ */
+export const asProviderError = (backend: string, operation: string) => (error: { readonly message: string }): ProviderError =>
+  error instanceof ProviderError
+    ? error
+    : providerError(backend, operation, "Unavailable", "reason" in error && typeof error.reason === "string" ? error.reason : error.message, error)
+
+/**
+ * Copies the agent into the container and starts it; the agent (and every process it started)
+ * ends with the Scope, and also when this server goes away (its stdin closes). The agent keeps the
+ * container's capabilities for its processes (root inside must still run apt and dpkg), and adds its
+ * seccomp filter and no_new_privs. `onLost` hears of the agent's death other than through the Scope.
+ */
+export const start = (
+  backend: string,
+  docker: Docker,
+  containerId: string,
+  binaries: NativeBinaries.NativeBinaries,
+  options: { readonly onLost?: (reason: string) => void; readonly relayPort?: number | undefined; readonly relay?: RelayListener | undefined } = {}
+): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const fail = (what: string) => (error: unknown) =>
+      providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
+    const container = docker.getContainer(containerId)
+    const binary = yield* Effect.try({ try: () => readFileSync(binaries.agent), catch: fail("read") })
+    yield* Effect.tryPromise({ try: () => container.putArchive(agentArchive(binary), { path: "/" }), catch: fail("install") })
+    const relayArgs = options.relayPort === undefined ? [] : ["--relay-port", String(options.relayPort)]
+    const exec = yield* Effect.tryPromise({
+      try: () =>
+        container.exec({
+          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...relayArgs],
+          Env: [`PATH=${PATH}`],
+          WorkingDir: "/",
+          AttachStdin: true,
+          AttachStdout: true,
+          AttachStderr: true,
+          Tty: false
+        }),
+      catch: fail("create the exec of")
+    })
+    const stream = yield* Effect.tryPromise({
+      try: () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>,
+      catch: fail("start")
+    })
+    const client = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const agent = new ExecAgent(stream, exec)
+        return new AgentClient.AgentClient(backend, agent, fromStream(agent.stdout), true, {
+          onLost: options.onLost,
+          relay: options.relay
+        })
+      }),
+      (client) => client.shutdown
+    )
+    yield* client.ready.pipe(
+      Effect.mapError(asProviderError(backend, "start the agent")),
+      Effect.timeoutFail({
+        duration: "15 seconds",
+        onTimeout: () => providerError(backend, "start the agent", "Timeout", "it did not start in the container within 15 seconds")
+      })
+    )
+    return client
+  })

@@ -1,0 +1,131 @@
+/**
+ * The Docker backend (also Podman through its Docker-compatible socket, and remote engines): a
+ * computer is one container, driven entirely through the Engine API with dockerode — never a
+ * `docker` CLI subprocess. A stateless provider: the kernel (ComputerActor, the registry, the
+ * reaper) owns lifecycles, identity, sessions and reaping; this module checks the settings, reaches
+ * the engine and hands out the provider calls of its parts:
+ *
+ *   DockerEngine.ts      where the engine is; every call bounded, its failure a ProviderError
+ *   DockerImage.ts       images present, or pulled with progress
+ *   DockerContainers.ts  find / create / start / restart / remove / adopt; the labels and hardening
+ *   DockerConnection.ts  a running container's agent (or Engine exec) and its loss (DockerEvents.ts)
+ *
+ * restart = container restart (writable layer kept); factory reset (the kernel) = remove, then
+ * create from the image recorded on the container; adopt (warm pool) = container rename.
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import type { Capabilities } from "../../../services/Backend.js"
+import { Backend } from "../../../services/Backend.js"
+import * as NativeBinaries from "../agent/NativeBinaries.js"
+import type * as Relay from "../agent/Relay.js"
+import { asProviderError } from "./DockerAgent.js"
+import * as DockerConnection from "./DockerConnection.js"
+import * as DockerContainers from "./DockerContainers.js"
+import * as DockerEngine from "./DockerEngine.js"
+import * as DockerImage from "./DockerImage.js"
+import { parseRunFlags, parseSize } from "./DockerRunFlags.js"
+
+export { connectionOptions, ping } from "./DockerEngine.js"
+export { containerName, DEFAULT_CAPABILITIES, HOME } from "./DockerContainers.js"
+
+export interface DockerBackendOptions extends DockerEngine.EngineAddress {
+  /** Image of new computers (default "debian:bookworm-slim"); pulled when missing. */
+  readonly image: string
+  /** CPUs (NanoCpus); default 1. */
+  readonly cpu: number | undefined
+  /** Memory limit such as "512m", "2g"; default 1g. Swap is not added on top. */
+  readonly memory: string | undefined
+  /** Maximum number of processes in a container (default 512). */
+  readonly pidsLimit: number
+  /** false → NetworkMode "none". */
+  readonly network: boolean
+  /** A documented subset of `docker run` flags (DockerRunFlags.ts); unknown flags fail the layer. */
+  readonly runFlags: ReadonlyArray<string>
+  /** Image pull progress, one line at a time. */
+  readonly onPullProgress?: ((line: string) => void) | undefined
+  /** A relay port inside each container whose connections the server serves (the egress proxy). */
+  readonly relay?: Relay.RelaySettings | undefined
+}
+
+export const DEFAULT_IMAGE = "debian:bookworm-slim"
+export const DEFAULT_MEMORY = "1g"
+export const DEFAULT_CPU = 1
+export const DEFAULT_PIDS_LIMIT = 512
+
+/** The capabilities of the Docker backend. */
+export const capabilities: Capabilities = {
+  pty: true,
+  stdin: true,
+  signals: true,
+  restart: true,
+  factoryReset: true,
+  persistence: true,
+  files: true,
+  networkControl: true
+}
+
+const parseMemory = (memory: string | undefined): Either.Either<number, string> => {
+  const bytes = parseSize(memory ?? DEFAULT_MEMORY)
+  if (bytes === undefined) return Either.left(`invalid memory limit '${memory}' (use a size such as 512m or 2g)`)
+  if (bytes < 6 * 1024 * 1024) return Either.left(`memory limit '${memory}' is too small (the engine needs at least 6m)`)
+  return Either.right(bytes)
+}
+
+/** The settings of every container, checked before anything touches the engine. */
+const containerSettings = (options: DockerBackendOptions): Either.Either<DockerContainers.ContainerSettings, ProviderError> => {
+  const invalid = (detail: string) => Either.left(providerError(options.engine, "use the settings", "Invalid", detail))
+  const flags = parseRunFlags(options.runFlags)
+  if (Either.isLeft(flags)) return invalid(flags.left)
+  const memory = parseMemory(options.memory)
+  if (Either.isLeft(memory)) return invalid(memory.left)
+  const cpu = options.cpu ?? DEFAULT_CPU
+  if (!(Number.isFinite(cpu) && cpu > 0)) return invalid(`invalid CPU count ${cpu}`)
+  if (!(Number.isInteger(options.pidsLimit) && options.pidsLimit > 0)) return invalid(`invalid pids limit ${options.pidsLimit}`)
+  return Either.right({
+    flags: flags.right,
+    memory: memory.right,
+    cpu,
+    pidsLimit: options.pidsLimit,
+    network: options.network,
+    onPullProgress: options.onPullProgress
+  })
+}
+
+/** The Docker backend; fails when a setting is wrong, the engine is unreachable or the image cannot be had. */
+export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
+  Effect.gen(function*() {
+    const settings = yield* containerSettings(options)
+    const engine = yield* DockerEngine.make(options)
+    yield* DockerEngine.reachable(engine)
+    yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
+    const containers = yield* DockerContainers.make(engine, settings)
+    // Found once; without it every process is an Engine API exec.
+    const binaries = yield* NativeBinaries.locate(engine.name).pipe(
+      Effect.tapError((error) =>
+        Effect.logWarning(
+          `${engine.name} backend: no kt-agent (${asProviderError(engine.name, "find the agent")(error).detail}); every process will be an Engine API exec`
+        )
+      ),
+      Effect.option
+    )
+    return Backend.of({
+      name: engine.name,
+      capabilities,
+      labelStyle: "dotted",
+      image: options.image,
+      find: containers.find,
+      create: containers.create,
+      start: containers.start,
+      connect: DockerConnection.connect({ engine, containers, binaries, agentRefused: new Map(), relay: options.relay }),
+      restart: containers.restart,
+      remove: containers.remove,
+      adopt: containers.adopt
+    })
+  })
+
+/** The Docker backend as a Layer. */
+export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))
+

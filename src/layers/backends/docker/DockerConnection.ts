@@ -1,0 +1,133 @@
+/**
+ * A connection to a running container: where its processes start, and how its loss is noticed.
+ *
+ * Processes run through the container's kt-agent (DockerAgent.ts), pipes and terminals alike: one
+ * engine exec per connection, then a fork+exec per process; the agent keeps each process tree
+ * together (SIGKILL and closing the Scope end all of it) and adds no_new_privs and its seccomp
+ * filter. Where the agent cannot run (another architecture, a read-only root), every process is an
+ * Engine API exec instead (DockerExec.ts).
+ *
+ * `lost` completes when the container is removed or stopped from outside (the engine's events,
+ * DockerEvents.ts) or its agent dies; the state of the container says which, in the sentence.
+ * Everything here belongs to the connection's Scope: closing it ends the agent, its processes and
+ * the watchers.
+ */
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
+import { type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
+import type * as AgentClient from "../agent/AgentClient.js"
+import * as AgentProcesses from "../agent/AgentProcesses.js"
+import type * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as Relay from "../agent/Relay.js"
+import * as DockerAgent from "./DockerAgent.js"
+import { type Containers, containerName, HOME } from "./DockerContainers.js"
+import type { Engine } from "./DockerEngine.js"
+import * as DockerEvents from "./DockerEvents.js"
+import * as DockerExec from "./DockerExec.js"
+
+/** What connections of one backend share. */
+export interface ConnectionContext {
+  readonly engine: Engine
+  readonly containers: Containers
+  /** The agent's binary; none: every process is an Engine exec. */
+  readonly binaries: Option.Option<NativeBinaries.NativeBinaries>
+  /** Images whose containers could not run the agent, and why: they use Engine exec at once. */
+  readonly agentRefused: Map<string, string>
+  /** A relay port inside each container whose connections the server serves (the egress proxy). */
+  readonly relay?: Relay.RelaySettings | undefined
+}
+
+/** The agent of a connection, started in its own child scope so that a failed start leaves nothing behind. */
+const startAgent = (context: ConnectionContext, instance: Instance, onLost: (reason: string) => void) =>
+  Effect.gen(function*() {
+    const { engine, binaries, agentRefused, relay } = context
+    if (Option.isNone(binaries) || agentRefused.has(instance.metadata.image)) return Option.none<AgentClient.AgentClient>()
+    const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    const started = yield* Effect.gen(function*() {
+      const listener = relay === undefined
+        ? undefined
+        : yield* Relay.listener((connection) => relay.handler(instance.metadata.id, connection))
+      return yield* DockerAgent.start(engine.name, engine.docker, instance.providerId, binaries.value, {
+        onLost,
+        relayPort: relay?.port,
+        relay: listener
+      })
+    }).pipe(Scope.extend(scope), Effect.either)
+    if (started._tag === "Right") return Option.some(started.right)
+    yield* Scope.close(scope, Exit.void)
+    // A container that cannot run the agent still works through Engine exec; one that is not running
+    // cannot be connected to at all.
+    const state = yield* context.containers.inspectState(instance.providerId)
+    if (Option.isNone(state) || !state.value.running) {
+      return yield* engine.fail("connect to the container", "NotFound", `${containerName(instance.metadata.id)} is not running`)
+    }
+    const why = `cannot ${started.left.operation}: ${started.left.detail}`
+    if (started.left.reason === "Timeout") {
+      // A slow start (a loaded engine) says nothing about the image: only this connection does without.
+      yield* Effect.logWarning(`${engine.name} backend: ${containerName(instance.metadata.id)}: ${why}; its processes run through Engine API exec`)
+    } else {
+      agentRefused.set(instance.metadata.image, why)
+      yield* Effect.logWarning(
+        `${engine.name} backend: containers of ${instance.metadata.image} cannot run the agent (${why}); their processes run through Engine API exec`
+      )
+    }
+    return Option.none<AgentClient.AgentClient>()
+  })
+
+/** Connects to a running container. */
+export const connect = (context: ConnectionContext) => (instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { engine, containers } = context
+    const name = containerName(instance.metadata.id)
+    const lost = yield* Deferred.make<string>()
+    const agentDied = yield* Deferred.make<string>()
+    /** Why the container is gone, once it is: its processes' pids mean nothing any more. */
+    let gone: string | undefined
+    let open = true
+    yield* Effect.addFinalizer(() => Effect.sync(() => void (open = false)))
+    const markLost = (reason: string) =>
+      Effect.suspend(() => {
+        gone ??= reason
+        return Deferred.succeed(lost, reason)
+      })
+
+    const since = yield* Clock.currentTimeMillis
+    const agent = yield* startAgent(context, instance, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))
+    // Followed once the agent runs (off the path to the first process), from before it started.
+    yield* DockerEvents.watch(engine, containers, instance.providerId, name, since).pipe(
+      Effect.flatMap(markLost),
+      Effect.forkScoped
+    )
+    // The agent ends with its container: the container's state says what happened, when it can.
+    yield* Deferred.await(agentDied).pipe(
+      Effect.flatMap((reason) =>
+        Effect.sleep("200 millis").pipe(
+          Effect.zipRight(DockerEvents.diagnose(containers, instance.providerId, name)),
+          Effect.map(Option.getOrElse(() => `its agent ended: ${reason}`))
+        )
+      ),
+      Effect.flatMap(markLost),
+      Effect.forkScoped
+    )
+
+    const host: DockerExec.ExecHost = { engine, providerId: instance.providerId, current: () => open && gone === undefined }
+    const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
+      Effect.suspend(() => {
+        if (gone !== undefined) {
+          return Effect.fail(engine.fail("start the process", "NotFound", `computer ${instance.metadata.id} is gone: ${gone}`))
+        }
+        if (Option.isNone(agent)) return DockerExec.spawn(host, spec)
+        const invalid = DockerExec.invalidSpec(spec)
+        if (invalid !== undefined) return Effect.fail(new SpawnFailed({ command: spec.argv.join(" "), reason: invalid }))
+        return AgentProcesses.spawn(engine.name, agent.value, spec).pipe(
+          Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
+        )
+      })
+    return { home: HOME, spawn, lost: Deferred.await(lost) }
+  })

@@ -1,0 +1,162 @@
+/**
+ * The E2B backend: a computer is one E2B sandbox, driven with the official `e2b` SDK (v2). A
+ * stateless provider; the kernel owns lifecycles, renewal scheduling and reaping.
+ *
+ * The folder, one concept per module:
+ *   E2BBackend.ts    the options, the capabilities and the provider as the `Backend` service
+ *   E2BProvider.ts   the control-plane calls (find, inspect, create, attach, suspend, remove, renew)
+ *   E2BConnection.ts `connect`: the SDK handle of a running sandbox, and the watch for its loss
+ *   E2BError.ts      a failed call as a ProviderError, with E2B's wording
+ *   RuntimeCap.ts    the plan's maximum runtime: end of life, renewals, the lost reasons
+ *   EnvdProcess.ts   a process through envd; ProcessScript.ts the script envd runs;
+ *                    EnvdVersion.ts what old envd lacks
+ *
+ * How the kernel's steps map to E2B:
+ *   restart   E2B has no restart: pause with a filesystem snapshot and resume — a cold boot that
+ *             keeps the files (processes and memory are gone) and starts a new runtime period.
+ *   suspend   a permanent computer released by its last holder is paused, and resumed by `start`.
+ *   renewal   the sandbox's timeout, extended every `keepAliveIntervalMs`, never past the end of
+ *             the plan's runtime (Instance.endsAt, which the kernel shows to the agent).
+ */
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import { type ProviderError, Unsupported } from "../../../domain/Errors.js"
+import { Backend, type Capabilities, type Instance } from "../../../services/Backend.js"
+import * as E2BConnection from "./E2BConnection.js"
+import { BACKEND, e2bError } from "./E2BError.js"
+import * as E2BProvider from "./E2BProvider.js"
+import * as RuntimeCap from "./RuntimeCap.js"
+
+export interface E2BBackendOptions {
+  /** --e2b-api-key / E2B_API_KEY (never logged). */
+  readonly apiKey: Redacted.Redacted<string>
+  /** --e2b-template, default "base". */
+  readonly template: string
+  /** --e2b-sandbox-timeout: the lifetime the keep-alive renews, seconds (default 3600); at most the maximum runtime. */
+  readonly sandboxTimeoutSec: number
+  /**
+   * --e2b-max-runtime: the plan's maximum continuous runtime of a sandbox, seconds. Default 3600,
+   * E2B's Base plan; Pro allows 86400 (24 h).
+   */
+  readonly maxRuntimeSec?: number | undefined
+  /** --e2b-metadata k=v: added to ours. */
+  readonly metadata: Readonly<Record<string, string>>
+  /** --e2b-env k=v: sandbox-wide environment. */
+  readonly envs: Readonly<Record<string, string>>
+  /** The SDK's apiUrl (tests: the fake). */
+  readonly apiUrl: string | undefined
+  /** The SDK's sandboxUrl (tests: the fake's envd). */
+  readonly sandboxUrl: string | undefined
+  readonly domain: string | undefined
+  /** HOME and default working directory inside the sandbox; E2B templates use /home/user. */
+  readonly home?: string | undefined
+  /** Per-request timeout of control-plane and envd calls (the SDK's requestTimeoutMs); default 30 s. */
+  readonly requestTimeoutMs?: number | undefined
+  /** How often the kernel renews the lifetime; default a third of the timeout, at most 5 min. */
+  readonly keepAliveIntervalMs?: number | undefined
+  /** How often a connection asks E2B whether its sandbox still runs; default the keep-alive interval. */
+  readonly watchIntervalMs?: number | undefined
+  /**
+   * Where process output is read: "auto" (default) the SDK's process client when it has one, else
+   * the public API; "public" forces the public API (tests of the fallback).
+   */
+  readonly outputApi?: "auto" | "rpc" | "public" | undefined
+  /** How long a pause waits out a sandbox that is changing state (409); default 30 s. */
+  readonly conflictWaitMs?: number | undefined
+}
+
+export const DEFAULT_HOME = "/home/user"
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+
+/**
+ * What works on E2B. restart: pause + resume (filesystem kept, a cold boot); files: the runtime
+ * reads and writes files with processes, whose output is exact bytes; networkControl: not offered.
+ */
+export const capabilities: Capabilities = {
+  pty: true,
+  stdin: true,
+  signals: true,
+  restart: true,
+  factoryReset: true,
+  persistence: true,
+  files: true,
+  networkControl: false
+}
+
+/** The E2B provider, after the startup checks: valid limits, and an API that answers and takes the key. */
+export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
+  Effect.gen(function*() {
+    const maxRuntimeSec = options.maxRuntimeSec ?? RuntimeCap.BASE_PLAN_MAX_RUNTIME_SEC
+    if (!Number.isInteger(maxRuntimeSec) || maxRuntimeSec < 1) {
+      return yield* e2bError("use --e2b-max-runtime", "Invalid", `it must be a positive whole number of seconds (got ${maxRuntimeSec})`)
+    }
+    if (options.sandboxTimeoutSec > maxRuntimeSec) {
+      // E2B refuses a longer timeout with a 400; the default timeout is the Base plan's maximum.
+      yield* Effect.logInfo(
+        `e2b backend: --e2b-sandbox-timeout ${options.sandboxTimeoutSec} s is above --e2b-max-runtime ${maxRuntimeSec} s; using ${maxRuntimeSec} s`
+      )
+    }
+    const timeoutMs = Math.min(options.sandboxTimeoutSec, maxRuntimeSec) * 1000
+    const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS
+    const keepAliveMs = options.keepAliveIntervalMs ?? Math.max(1000, Math.min(Math.floor(timeoutMs / 3), 5 * 60_000))
+    const secret = Redacted.value(options.apiKey)
+    /** Never let the key into a message, whatever the SDK or the service put there. */
+    const scrub = (text: string) => (secret.length >= 4 ? text.split(secret).join("<redacted>") : text)
+    const provider = E2BProvider.make({
+      connection: {
+        apiKey: secret,
+        requestTimeoutMs,
+        ...(options.apiUrl !== undefined ? { apiUrl: options.apiUrl } : {}),
+        ...(options.sandboxUrl !== undefined ? { sandboxUrl: options.sandboxUrl } : {}),
+        ...(options.domain !== undefined ? { domain: options.domain } : {})
+      },
+      timeoutMs,
+      maxRuntimeSec,
+      envs: options.envs,
+      extraMetadata: options.metadata,
+      scrub,
+      conflictWaitMs: options.conflictWaitMs
+    })
+
+    // The startup check: E2B answers and takes the key (the reaper's own pass runs in the background).
+    yield* provider.check
+
+    /** E2B has no restart: a pause and a resume, which keeps the files and starts a new period. */
+    const restart = (instance: Instance) =>
+      provider.suspend(instance.providerId).pipe(
+        Effect.mapError((error): ProviderError | Unsupported =>
+          error.reason === "Invalid" || error.reason === "Denied"
+            ? new Unsupported({ backend: BACKEND, feature: `restart (E2B refuses the pause: ${error.detail})` })
+            : error
+        ),
+        Effect.andThen(provider.attach(instance.providerId, true)),
+        Effect.map((attached) => attached.instance)
+      )
+
+    return Backend.of({
+      name: BACKEND,
+      capabilities,
+      labelStyle: E2BProvider.LABEL_STYLE,
+      image: options.template,
+      find: provider.find,
+      create: provider.create,
+      start: (instance) => Effect.map(provider.attach(instance.providerId, true), (attached) => attached.instance),
+      connect: E2BConnection.connect({
+        provider,
+        home: options.home ?? DEFAULT_HOME,
+        maxRuntimeSec,
+        watchEveryMs: options.watchIntervalMs ?? keepAliveMs,
+        requestTimeoutMs,
+        outputApi: options.outputApi ?? "auto",
+        scrub
+      }),
+      restart,
+      remove: (instance) => provider.remove(instance.providerId),
+      suspend: (instance) => provider.suspend(instance.providerId),
+      renewal: { everyMs: keepAliveMs, leaseMs: timeoutMs, renew: provider.renew }
+    })
+  })
+
+/** The E2B backend as a Layer: fails when E2B cannot be reached or refuses the API key. */
+export const layer = (options: E2BBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))

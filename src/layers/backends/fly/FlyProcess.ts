@@ -1,0 +1,235 @@
+/**
+ * One process of a Fly computer, followed through its directory: what we know of it (offsets,
+ * pid, whether it exited), how a round's report turns into its events, and the BackendProcess
+ * handed to the runtime, whose stdin writes, EOF and signals are operations of the computer's
+ * next round (FlyConnection.ts).
+ *
+ * Output reaches the runtime through the process's ProcessEvents (the one bounded constructor of
+ * an event stream). When its reader falls behind, ProcessEvents says `hold`: the connection then
+ * leaves the process out of its reports, so a slow reader holds back its own process and no other
+ * (the output waits in the machine's files); reading again wakes the connection.
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Stream from "effect/Stream"
+import type { ProviderError } from "../../../domain/Errors.js"
+import { Unsupported } from "../../../domain/Errors.js"
+import { normalizeSignal, signalName, signalNumber } from "../../../domain/Signals.js"
+import type { BackendProcess, ExitInfo, ProcessEvent, SpawnSpec } from "../../../services/Backend.js"
+import { ProcessEvents } from "../ProcessEvents.js"
+import { flyError, NAME } from "./FlyError.js"
+import type * as Round from "./FlyRound.js"
+
+/** A reason why the spec cannot be run here, or undefined. */
+export const invalidSpec = (spec: SpawnSpec): string | undefined => {
+  if (spec.tty !== undefined) return "the fly backend has no terminals (the Machines exec API has no TTY); run it without tty"
+  if (spec.argv.length === 0 || spec.argv[0] === "") return "argv is empty"
+  if (spec.argv.some((arg) => arg.includes("\0"))) return "an argument contains a NUL byte"
+  if (spec.argv[0]!.includes("=")) return "a command name containing '=' is not supported by the fly backend"
+  if (!spec.cwd.startsWith("/")) return `the working directory must be absolute, got '${spec.cwd}'`
+  if (spec.cwd.includes("\0")) return "the working directory contains a NUL byte"
+  for (const [key, value] of Object.entries(spec.env)) {
+    if (key === "" || key.includes("=") || key.includes("\0") || value.includes("\0")) return `invalid environment variable '${key}'`
+  }
+  return undefined
+}
+
+/** Most stdin bytes sent in one operation (base64 grows it by a third). */
+export const WRITE_CHUNK = 512 * 1024
+
+export interface Followed {
+  readonly dir: string
+  readonly events: ProcessEvents
+  outOffset: number
+  errOffset: number
+  pid: number | null
+  /** The process group; known once the supervisor started the runner. */
+  pgid: number | undefined
+  exited: boolean
+  ended: boolean
+  stdinClosed: boolean
+  writes: number
+  /** Held back because its reader is behind. */
+  held: boolean
+  /** The reader caught up after a hold: its next read wakes the connection. */
+  released: boolean
+  readonly delivered: Set<number>
+  lastSignal: string | undefined
+}
+
+export const make = (dir: string): Followed => {
+  const events = new ProcessEvents()
+  const process: Followed = {
+    dir,
+    events,
+    outOffset: 0,
+    errOffset: 0,
+    pid: null,
+    pgid: undefined,
+    exited: false,
+    ended: false,
+    stdinClosed: false,
+    writes: 0,
+    held: false,
+    released: false,
+    delivered: new Set(),
+    lastSignal: undefined
+  }
+  events.hold = (hold) => {
+    process.held = hold
+    if (!hold) process.released = true
+  }
+  return process
+}
+
+/** Whether a report of the process can be taken now (its reader is not behind). */
+export const hasRoom = (process: Followed): boolean => !process.held
+
+const decodeStatus = (process: Followed, status: number): ExitInfo =>
+  status > 128 && process.delivered.has(status - 128)
+    ? { exitCode: null, signal: signalName(status - 128) ?? `SIG${status - 128}` }
+    : { exitCode: status, signal: null }
+
+/** What a report means for a process. */
+export interface Observation {
+  readonly events: ReadonlyArray<ProcessEvent>
+  /** All output read, the process and every holder of its output gone: the stream ends. */
+  readonly end: boolean
+  /** New output arrived. */
+  readonly active: boolean
+  /** The runner has started (or the process could not start: `fail`). */
+  readonly started: boolean
+  readonly fail: string | undefined
+}
+
+/**
+ * Applies a report: new output, then Exit once the output is read to the end, then the end. The
+ * status comes from the runner when it recorded one, else from the runner's own status (killed
+ * with its group), else — the runner vanished without its supervisor noticing — SIGKILL.
+ */
+export const observe = (process: Followed, report: Round.Report): Observation => {
+  if (report.pid !== undefined) process.pid = report.pid
+  if (report.pgid !== undefined) process.pgid = report.pgid
+  const events: Array<ProcessEvent> = []
+  if (report.out.byteLength > 0) {
+    events.push({ _tag: "Stdout", data: report.out })
+    process.outOffset += report.out.byteLength
+  }
+  if (report.err.byteLength > 0) {
+    events.push({ _tag: "Stderr", data: report.err })
+    process.errOffset += report.err.byteLength
+  }
+  const active = events.length > 0
+  const started = report.pgid !== undefined || report.fail !== undefined || report.status !== undefined
+  const drained = process.outOffset >= report.outSize && process.errOffset >= report.errSize
+  if (!process.exited && drained && started) {
+    let exit: ExitInfo | undefined
+    if (report.status !== undefined) exit = decodeStatus(process, report.status)
+    else if (report.runnerStatus !== undefined) {
+      exit = { exitCode: null, signal: report.runnerStatus > 128 ? (signalName(report.runnerStatus - 128) ?? "SIGKILL") : "SIGKILL" }
+    } else if (!report.runnerAlive && report.fail === undefined) exit = { exitCode: null, signal: process.lastSignal ?? "SIGKILL" }
+    if (exit !== undefined) {
+      process.exited = true
+      events.push({ _tag: "Exit", exit })
+    }
+  }
+  const end = process.exited && drained && !report.groupAlive
+  return { events, end, active, started, fail: report.fail }
+}
+
+/** Delivers an observation to the process's reader (never waits for it); ends the stream when it is over. */
+export const deliver = (process: Followed, observation: Observation) =>
+  Effect.sync(() => {
+    if (process.ended) return
+    for (const event of observation.events) {
+      if (event._tag === "Stdout") process.events.data(event.data)
+      else if (event._tag === "Stderr") process.events.stderr(event.data)
+      else process.events.exit(event.exit)
+    }
+    if (observation.end) finish(process)
+  })
+
+/** Ends the process's stream (after an Exit; SIGKILL when none was seen): lost, restarted, closed. */
+export const finish = (process: Followed, exit: ExitInfo = { exitCode: null, signal: "SIGKILL" }) => {
+  if (process.ended) return
+  process.ended = true
+  if (!process.exited) {
+    process.exited = true
+    process.events.exit(exit)
+  }
+  process.events.end()
+}
+
+/** What a process needs from its connection. */
+export interface Operations {
+  /** Runs the op in the next round (taking a token at once when there is one) and waits for it. */
+  readonly submit: (op: Round.Op) => Effect.Effect<void, ProviderError>
+  /** Queues the op for the next round without waiting for it (unless too much is queued); a failure goes to `onFailure`. */
+  readonly queue: (op: Round.Op, onFailure: (error: ProviderError) => void) => Effect.Effect<void, ProviderError>
+  /** Nudges the connection: a held-back process has room again. */
+  readonly wake: Effect.Effect<void>
+  /** The connection is still the one the process was started in (not restarted, lost or closed). */
+  readonly current: () => boolean
+}
+
+/** The runtime's handle on a followed process. */
+export const handle = (process: Followed, operations: Operations): BackendProcess => {
+  /** A queued stdin operation that failed; the process's next operation reports it. */
+  let failure: ProviderError | undefined
+  const onFailure = (error: ProviderError) => {
+    failure ??= error
+  }
+  const stillThere = (what: string) =>
+    Effect.suspend(() => {
+      if (failure !== undefined) return Effect.fail(failure)
+      return process.exited || process.ended || !operations.current()
+        ? Effect.fail(flyError(what, "NotFound", "the process has ended"))
+        : Effect.void
+    })
+  const write = (data: Uint8Array) =>
+    Effect.gen(function*() {
+      yield* stillThere("write to stdin")
+      if (process.stdinClosed) return yield* flyError("write to stdin", "Invalid", "it is closed")
+      for (let at = 0; at < data.byteLength; at += WRITE_CHUNK) {
+        const chunk = data.subarray(at, Math.min(data.byteLength, at + WRITE_CHUNK))
+        // Copied: the caller may reuse its buffer once write returns, and the round may run later.
+        yield* operations.queue({ _tag: "Write", dir: process.dir, wid: String(++process.writes), data: Uint8Array.from(chunk) }, onFailure)
+      }
+    })
+  const closeStdin = Effect.gen(function*() {
+    if (failure !== undefined) return yield* Effect.fail(failure)
+    if (process.stdinClosed || process.exited || process.ended || !operations.current()) return
+    process.stdinClosed = true
+    yield* operations.queue({ _tag: "Close", dir: process.dir }, onFailure)
+  })
+  const signal = (name: string) =>
+    Effect.gen(function*() {
+      const canonical = normalizeSignal(name)
+      if (Either.isLeft(canonical)) return yield* flyError(`send ${name}`, "Invalid", canonical.left)
+      if (process.exited || process.ended || !operations.current()) return
+      const n = signalNumber(canonical.right)
+      if (n !== undefined) process.delivered.add(n)
+      process.lastSignal = canonical.right
+      yield* operations.submit({ _tag: "Signal", dir: process.dir, signal: canonical.right })
+    })
+  // A read after a hold wakes the connection, which reports the process again.
+  const events = process.events.events.pipe(
+    Stream.mapChunksEffect((chunk) =>
+      Effect.suspend(() => {
+        if (!process.released) return Effect.succeed(chunk)
+        process.released = false
+        return Effect.as(operations.wake, chunk)
+      })
+    )
+  )
+  return {
+    get pid() {
+      return process.pid
+    },
+    events,
+    write,
+    closeStdin,
+    signal,
+    resize: () => Effect.fail(new Unsupported({ backend: NAME, feature: "resize (no terminals: the Machines exec API has no TTY)" }))
+  }
+}

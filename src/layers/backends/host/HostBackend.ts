@@ -1,0 +1,178 @@
+/**
+ * The host backend: a computer is a workspace directory on this machine,
+ * `<stateDir>/computers/<id>/home`, and its processes run in one bubblewrap sandbox per computer.
+ *
+ * The sandbox is set up once, when the computer opens: bwrap starts `kt-agent`, which then forks
+ * every process of the computer on request (see AgentClient.ts, native/kt-agent.c), so a spawn
+ * costs a fork+exec, not a new sandbox. TTY processes run on a pseudo-terminal the agent allocates
+ * inside the sandbox; their bytes travel over the agent's channel like pipe output. The agent's
+ * frames come back over a FIFO (created as `<computer>/agent.fifo`, unlinked once open, never
+ * mounted in the sandbox) read into one reused buffer; see ProcessEvents for the aliasing rule. No
+ * host-side helper ever opens a path inside the sandbox.
+ *
+ * A stateless provider (see Backend.ts): the kernel owns every computer's lifecycle. Workspaces.ts
+ * finds, creates, renames and removes computers (their directories, 0700, and their records,
+ * ComputerRecord.ts: the kernel's metadata as labels, plus the key, uids and current holder);
+ * `connect` starts a computer's sandbox and agent for the life of the connection, and its `lost`
+ * completes when the agent dies other than through the kernel. Restart is a new connection on the
+ * same workspace; factory reset is remove and create.
+ *
+ * Who runs inside (GuestUser.ts): always `agent` (uid/gid 1000) in a user namespace of its own.
+ * When the server is root, the sandbox runs as a dedicated unprivileged host uid per computer,
+ * which owns the workspace; otherwise as the server's user. kt-sandbox (Launcher.ts) starts it:
+ * cgroups joined, uid dropped, a fresh session keyring, bubblewrap's options passed in a memfd.
+ *
+ * Sandbox layout (what a process sees):
+ *   /home/agent      the workspace, read-write; HOME and the default working directory
+ *   /usr             read-only; /bin /lib /lib64 /sbin (/lib32 /libx32) as on the host — symlinks
+ *                    into /usr on merged-usr systems, read-only binds otherwise
+ *   /etc             an allowlist of the host's /etc, read-only, plus passwd, group, hosts,
+ *                    hostname and nsswitch.conf written for the guest (EtcView.ts)
+ *   /opt             read-only, when the host has it
+ *   /proc            a new procfs (own pid namespace); keys, key-users, acpi, driver (those of
+ *                    Docker's masked paths anyone may read) masked; /proc/sys writable only for
+ *                    the sandbox's own namespaces (ipc, mqueue, ns_last_pid, pid_max on 6.14+)
+ *   /dev             a minimal /dev (read-only) with its own devpts and a /dev/shm tmpfs
+ *   /tmp /var/tmp    private tmpfs, each at most --memory bytes
+ *   /run/kt-agent    the agent (a copy in the sandbox's own tmpfs); /run/kt-sandbox the launcher
+ *   nothing else: no /root, /home/*, /var, /srv, /mnt, /media, /sys, no host /run; the root itself
+ *   is read-only
+ * Namespaces: user (no nested ones with bubblewrap 0.8+), pid, ipc, uts (hostname = the computer's
+ * id when its sandbox started: a warm pool's computer keeps its pool name),
+ * cgroup when possible, and net unless the network is on (then the host's network is shared). The
+ * capability bounding set is empty, the sandbox gets a new session (no TIOCSTI into the server's
+ * terminal) and dies with the server. The server's environment is never passed in: bwrap starts
+ * with an empty one and every process gets exactly `SpawnSpec.env`. Limits (Cgroups.ts): processes
+ * (RLIMIT_NPROC inside the user namespace, and a pids cgroup when possible), memory and CPU
+ * (cgroups only; what cannot be limited is said at startup).
+ *
+ * `sandbox: "none"` runs the agent directly on the host (NOT isolated): cwd and HOME are the
+ * workspace directory itself.
+ */
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Random from "effect/Random"
+import type * as Scope from "effect/Scope"
+import { join, resolve } from "node:path"
+import type { ProviderError } from "../../../domain/Errors.js"
+import { Backend, type Capabilities, type Connection, type Instance } from "../../../services/Backend.js"
+import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
+import * as AgentLauncher from "../agent/AgentLauncher.js"
+import * as AgentProcesses from "../agent/AgentProcesses.js"
+import * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as Relay from "../agent/Relay.js"
+import * as Cgroups from "./Cgroups.js"
+import * as Launcher from "./Launcher.js"
+import * as Workspaces from "./Workspaces.js"
+
+export interface HostBackendOptions {
+  /** Computers live in `<stateDir>/computers/<id>`. */
+  readonly stateDir: string
+  /** false → the sandbox has only a loopback interface. */
+  readonly network: boolean
+  /** "none" = explicit unsandboxed mode: processes run directly on the host, NOT isolated. */
+  readonly sandbox: "bwrap" | "none"
+  /** Path of bwrap; found in /usr/bin, /usr/local/bin or /bin when absent. */
+  readonly bwrap?: string | undefined
+  /** Per-computer limits, as Docker's --pids-limit (512), --memory (1g) and --cpu (1). */
+  readonly limits?: Cgroups.HostLimits | undefined
+  /** A relay port inside each computer whose connections the server serves (the egress proxy). */
+  readonly relay?: Relay.RelaySettings | undefined
+}
+
+const NAME = "host"
+/** A host computer's base image: an empty home. */
+const IMAGE = "host"
+const MINIMAL_ENV = { PATH: "/usr/local/bin:/usr/bin:/bin" }
+
+/** The capabilities of the host backend. */
+export const capabilities: Capabilities = {
+  pty: true,
+  stdin: true,
+  signals: true,
+  restart: true,
+  factoryReset: true,
+  persistence: true,
+  files: true,
+  networkControl: true
+}
+
+/** The host backend: bubblewrap sandboxes (or, explicitly, none) around workspace directories. */
+export const make = (options: HostBackendOptions) =>
+  Effect.gen(function*() {
+    const binaries = yield* NativeBinaries.locate(NAME)
+    const sandboxed = options.sandbox === "bwrap"
+    const limits = yield* Cgroups.resolveLimits(options.limits)
+    const owner = { pid: process.pid, startTime: processStartTime("self") ?? "" }
+    const launcher = sandboxed
+      ? yield* Launcher.make({
+        bwrap: options.bwrap,
+        network: options.network,
+        limits,
+        agent: binaries.agent,
+        owner,
+        ownerAlive: (other) => ownerAlive(other.pid, other.startTime)
+      })
+      : undefined
+    if (!sandboxed) yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")
+
+    const token = (yield* Random.nextIntBetween(0, 0x7fffffff)).toString(36)
+    const workspaces = Workspaces.make({
+      computersDir: resolve(options.stateDir, "computers"),
+      self: { pid: owner.pid, start: owner.startTime, token },
+      hostIds: launcher === undefined ? () => Effect.succeed(undefined) : launcher.hostIds
+    })
+    const relayArgs = options.relay === undefined ? [] : ["--relay-port", String(options.relay.port)]
+
+    /** Starts the computer's sandbox and its agent, for the life of the Scope. */
+    const connect = (instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
+      Effect.gen(function*() {
+        const { dir, home, record } = yield* workspaces.claim(instance)
+        const id = record.metadata.id
+        const sandbox = launcher === undefined
+          ? undefined
+          : yield* launcher.prepare({ id, key: record.key, home, ids: record.ids, agentArgs: relayArgs })
+        const lost = yield* Deferred.make<string>()
+        // Outside the sandbox's mounts: processes inside cannot reach the agent's output channel.
+        const channel = join(dir, "agent.fifo")
+        // In the sandbox guests lose every capability and get the seccomp filter; unsandboxed (NOT
+        // isolated, by choice) they run as the server's user would.
+        const command: AgentLauncher.AgentCommand = sandbox !== undefined
+          ? { ...sandbox, cwd: home, env: MINIMAL_ENV, channel }
+          : { file: binaries.agent, args: ["--caps", "keep", "--no-seccomp", ...relayArgs], cwd: home, env: MINIMAL_ENV, channel }
+        const relay = options.relay
+        const listener = relay === undefined ? undefined : yield* Relay.listener((connection) => relay.handler(id, connection))
+        // Closing the Scope shuts the agent down: it ends every process tree it started.
+        const client = yield* AgentLauncher.make(NAME, command, {
+          onLost: (reason) => Deferred.unsafeDone(lost, Exit.succeed(reason)),
+          relay: listener
+        })
+        return {
+          home: sandboxed ? Launcher.SANDBOX_HOME : home,
+          spawn: (spec) => AgentProcesses.spawn(NAME, client, spec),
+          lost: Deferred.await(lost)
+        } satisfies Connection
+      }).pipe(Effect.withSpan("HostBackend.connect"))
+
+    return Backend.of({
+      name: NAME,
+      capabilities,
+      labelStyle: "dashed",
+      image: IMAGE,
+      find: workspaces.find,
+      create: workspaces.create,
+      start: workspaces.start,
+      connect,
+      // The kernel closed the connection (the agent and every process are gone); connecting again
+      // starts a fresh sandbox on the same workspace.
+      restart: workspaces.start,
+      remove: workspaces.remove,
+      // Unsandboxed, processes see the workspace's host path, which a rename would pull away.
+      adopt: sandboxed ? workspaces.adopt : undefined
+    })
+  })
+
+/** The host backend as a Layer; fails when the sandbox cannot work here, saying how to fix it. */
+export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))

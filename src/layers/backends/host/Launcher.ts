@@ -1,0 +1,188 @@
+/**
+ * How a host computer's sandbox is started: `native/kt-sandbox` (see its header) joins the
+ * computer's cgroups, drops to the computer's unprivileged uid when the server is root, gives the
+ * sandbox a fresh session keyring and execs bubblewrap with its options in a memfd, so that no host
+ * path appears in the sandbox's pid 1 command line. Inside, kt-sandbox sets the process limit and
+ * execs the agent.
+ */
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import { release } from "node:os"
+import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import { locateHelper } from "../agent/NativeBinaries.js"
+import * as Cgroups from "./Cgroups.js"
+import * as GuestUser from "./GuestUser.js"
+import type { HostIds } from "./GuestUser.js"
+import { bwrapFeatures, checkBwrap, findBwrap, sandboxArgs, type SandboxLayout, sealArgs } from "./Sandbox.js"
+
+const NAME = "host"
+const kernelAtLeast = (major: number, minor: number) => {
+  const [a = 0, b = 0] = release().split(".").map((part) => parseInt(part, 10))
+  return a > major || (a === major && b >= minor)
+}
+
+/** Where the launcher itself is inside the sandbox (it sets the process limit there). */
+export const SANDBOX_LAUNCHER = "/run/kt-sandbox"
+
+/** Finds `kt-sandbox`, checked against its manifest (NativeBinaries.locateHelper). */
+export const locate: Effect.Effect<string, ProviderError> = locateHelper(NAME, "kt-sandbox")
+
+/**
+ * A host path the sandbox sees at `dest`: bound (staged by kt-sandbox, so the unprivileged uid
+ * need not reach it), or, for "copy", an executable copied into the sandbox's own tmpfs, so that
+ * the sandbox's mount table does not show where kilntainers is installed.
+ */
+export interface Bind {
+  readonly source: string
+  readonly dest: string
+  readonly mode: "read-write" | "read-only" | "copy"
+}
+
+const bindOption = { "read-write": "--kt-bind", "read-only": "--kt-ro-bind", copy: "--kt-exec" } as const
+
+export interface LaunchSpec {
+  readonly launcher: string
+  readonly bwrap: string
+  readonly layout: SandboxLayout
+  /** The computer's host uid/gid when the server is root; undefined: the server's own. */
+  readonly ids: HostIds | undefined
+  readonly cgroups: ReadonlyArray<string>
+  readonly binds: ReadonlyArray<Bind>
+  /** RLIMIT_NPROC inside the sandbox; undefined: none. */
+  readonly nproc: number | undefined
+  readonly cwd: string
+  readonly command: ReadonlyArray<string>
+}
+
+/** The launcher's command line for one sandbox. */
+export const launchArgs = (spec: LaunchSpec): Array<string> => [
+  // The channel (stdin/stdout) bypasses bubblewrap's init, whose descriptors the guest can open.
+  "--channel",
+  ...(spec.ids === undefined ? [] : ["--uid", String(spec.ids.uid), "--gid", String(spec.ids.gid)]),
+  ...spec.cgroups.flatMap((dir) => ["--cgroup", dir]),
+  "--",
+  spec.bwrap,
+  ...sandboxArgs(spec.layout),
+  ...spec.binds.flatMap((bind) => [bindOption[bind.mode], bind.source, bind.dest]),
+  "--kt-exec", spec.launcher, SANDBOX_LAUNCHER,
+  ...sealArgs(),
+  "--chdir", spec.cwd,
+  "--",
+  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--stdio", "3", "4", "--",
+  ...spec.command
+]
+
+/** Where the workspace and the agent are inside the sandbox. */
+export const SANDBOX_HOME = GuestUser.GUEST.home
+export const SANDBOX_AGENT = "/run/kt-agent"
+
+type Owner = { readonly pid: number; readonly startTime: string }
+
+export interface LauncherOptions {
+  readonly bwrap: string | undefined
+  readonly network: boolean
+  readonly limits: Cgroups.Limits
+  /** kt-agent on the host. */
+  readonly agent: string
+  /** This server, and how to tell whether another server is alive (stale cgroups). */
+  readonly owner: Owner
+  readonly ownerAlive: (owner: Owner) => boolean
+}
+
+/** A computer about to start: its workspace on the host, its identity, the agent's extra options. */
+export interface ComputerSandbox {
+  readonly id: string
+  readonly key: string
+  readonly home: string
+  readonly ids: HostIds | undefined
+  readonly agentArgs: ReadonlyArray<string>
+}
+
+/** Starts computers' sandboxes for the host backend. */
+export interface SandboxLauncher {
+  /** The host ids of a computer when the server is root: those recorded, or new ones; else undefined. */
+  readonly hostIds: (recorded: HostIds | undefined, taken: ReadonlySet<number>) => Effect.Effect<HostIds | undefined, ProviderError>
+  /** Creates the computer's cgroups (removed with the Scope) and gives the command that starts its agent. */
+  readonly prepare: (
+    computer: ComputerSandbox
+  ) => Effect.Effect<{ readonly file: string; readonly args: ReadonlyArray<string> }, ProviderError, Scope.Scope>
+}
+
+/**
+ * Checks that sandboxes can start here (as the unprivileged uid when the server is root), finds
+ * where computers can be limited, removes cgroups of dead servers and says on stderr what is
+ * limited and what is not.
+ */
+export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, ProviderError> =>
+  Effect.gen(function*() {
+    const launcher = yield* locate
+    const bwrap = findBwrap(options.bwrap)
+    const features = bwrap === undefined ? { disableUserns: false, tmpfsSize: false } : bwrapFeatures(bwrap)
+    const root = GuestUser.serverIsRoot()
+    // RLIMIT_NPROC counts per user namespace since Linux 5.14; before, it counts every process of
+    // the uid, which is the computer's own only when the server is root (a dedicated uid).
+    const nproc = root || kernelAtLeast(5, 14) ? options.limits.pids : undefined
+    const range = root ? Option.some(yield* GuestUser.uidRange()) : Option.none()
+    // The first uid of the range is never given to a computer: the check runs as it.
+    const checkIds = Option.map(range, (r) => ({ uid: r.first, gid: r.first }))
+    const layout = (hostname: string): SandboxLayout => ({
+      hostname,
+      network: options.network,
+      guest: { features, tmpfsBytes: options.limits.memoryBytes }
+    })
+    const args = (bwrapPath: string, spec: Omit<LaunchSpec, "launcher" | "bwrap">) => launchArgs({ launcher, bwrap: bwrapPath, ...spec })
+    yield* checkBwrap(bwrap, (bwrapPath) => ({
+      file: launcher,
+      args: args(bwrapPath, {
+        layout: layout("kilntainers-check"),
+        ids: Option.getOrUndefined(checkIds),
+        cgroups: [],
+        binds: [],
+        nproc,
+        cwd: "/",
+        command: ["/bin/true"]
+      })
+    }), Option.getOrUndefined(Option.map(checkIds, (ids) => ids.uid)))
+    if (!features.disableUserns) {
+      yield* Effect.logWarning("host backend: this bubblewrap has no --disable-userns (0.8+): processes may create nested user namespaces")
+    }
+
+    const cgroups = yield* Cgroups.plan
+    yield* Cgroups.reapStale(cgroups, options.ownerAlive)
+    const said = Cgroups.describe(cgroups, options.limits, nproc !== undefined)
+    yield* Effect.logInfo(said.limited)
+    if (Option.isSome(said.unlimited)) yield* Effect.logWarning(said.unlimited.value)
+
+    return {
+      hostIds: (recorded, taken) =>
+        Option.match(range, {
+          onNone: () => Effect.succeed(undefined),
+          onSome: (r) =>
+            recorded !== undefined && recorded.uid !== r.first && recorded.uid !== 0 && recorded.gid !== 0
+              ? Effect.succeed(recorded)
+              : GuestUser.allocate(r, taken)
+        }),
+      prepare: (computer) =>
+        Effect.gen(function*() {
+          if (bwrap === undefined) return yield* providerError(NAME, "start the sandbox", "Unavailable", "bubblewrap is missing")
+          const dirs = yield* Cgroups.create(cgroups, Cgroups.cgroupName(options.owner, computer.key), options.limits)
+          return {
+            file: launcher,
+            args: args(bwrap, {
+              layout: layout(computer.id),
+              ids: computer.ids,
+              cgroups: dirs,
+              binds: [
+                { source: computer.home, dest: SANDBOX_HOME, mode: "read-write" },
+                { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" }
+              ],
+              nproc,
+              cwd: SANDBOX_HOME,
+              // Guests lose every capability and get the agent's seccomp filter.
+              command: [SANDBOX_AGENT, "--caps", "drop", ...computer.agentArgs]
+            })
+          }
+        })
+    }
+  })

@@ -1,0 +1,102 @@
+/**
+ * A connection to a running sandbox: where the kernel starts processes, and how it learns that the
+ * sandbox went away. Everything here belongs to the connection's Scope: the SDK handle, the watcher
+ * that polls the sandbox every --watch interval (the owner of what would otherwise be the SDK's
+ * unstoppable `wait()` loop), and the processes' pumps. Closing the Scope ends them all; the
+ * sandbox itself is the kernel's to keep or remove.
+ *
+ * Processes: ModalExec.ts. Signals: `kill -s SIG -- -pgid` in a second exec; closing a process's
+ * Scope SIGKILLs its session. TTY: the SDK's PTY (fixed 80x24) sized with `stty`; resize = `stty -F
+ * <tty>` in a second exec.
+ */
+import type * as Scope from "effect/Scope"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import { type ProviderError, SpawnFailed, Unsupported } from "../../../domain/Errors.js"
+import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
+import { BACKEND, modalError } from "./ModalError.js"
+import * as ModalExec from "./ModalExec.js"
+import type { ModalGatewayService } from "./ModalGateway.js"
+import { HOME, type ModalProvider } from "./ModalProvider.js"
+import { invalidSpec } from "./ModalWrapper.js"
+import { sandboxName } from "./SandboxIdentity.js"
+
+/** Bound on the one poll a process makes when it lost its wrapper without a word. */
+const ASK_TIMEOUT = "10 seconds"
+
+const validSize = (cols: number, rows: number) =>
+  Number.isInteger(cols) && Number.isInteger(rows) && cols > 0 && rows > 0 && cols <= 65535 && rows <= 65535
+
+/** Why the sandbox is gone, from its exit code. */
+export const lostReason = (instance: Instance, code: number, sandboxTimeoutSec: number) => {
+  const which = `its Modal sandbox ${sandboxName(instance.metadata.id)} (${instance.providerId})`
+  return code === 124
+    ? `${which} reached its timeout (--sandbox-timeout, ${sandboxTimeoutSec} s now) and Modal ended it, with its files`
+    : `${which} ended outside kilntainers (exit code ${code}): terminated from outside, or its main process ended`
+}
+
+export const connect = (options: {
+  readonly gateway: ModalGatewayService
+  readonly provider: ModalProvider
+  readonly sandboxTimeoutSec: number
+}) =>
+(instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { provider } = options
+    const sandbox = yield* Effect.acquireRelease(options.gateway.fromId(instance.providerId), (handle) => handle.detach)
+    const lost = yield* Deferred.make<string>()
+    let gone = false
+    // Processes end before the handle goes, whichever Scope closes first (theirs or the connection's).
+    const live = new Set<ModalExec.ModalProcess>()
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach([...live], (process) => process.terminate, { concurrency: "unbounded", discard: true })
+    )
+    /** The sandbox has ended with this exit code: processes know at once, the kernel through `lost`. */
+    const ended = (code: number) =>
+      Effect.suspend(() => {
+        gone = true
+        return Deferred.succeed(lost, lostReason(instance, code, options.sandboxTimeoutSec))
+      })
+    yield* provider.watch(sandbox).pipe(Effect.flatMap(ended), Effect.forkScoped)
+
+    const host: ModalExec.ExecHost = {
+      exec: (request) => provider.call("start the process", sandbox.exec(request)),
+      kill: (pgid, signal, session) => provider.signal(sandbox, pgid, signal, session),
+      current: () => !gone,
+      ended: sandbox.poll.pipe(
+        Effect.timeout(ASK_TIMEOUT),
+        Effect.flatMap((code) => (code === null ? Effect.succeed(false) : Effect.as(ended(code), true))),
+        Effect.orElseSucceed(() => false)
+      )
+    }
+
+    const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
+      Effect.gen(function*() {
+        const command = spec.argv.join(" ")
+        const invalid = invalidSpec(spec)
+        if (invalid !== undefined) return yield* new SpawnFailed({ command, reason: invalid })
+        if (gone) return yield* modalError("start the process", "NotFound", "the sandbox has ended")
+        const process = yield* Effect.acquireRelease(
+          ModalExec.start({ host, spec, command }).pipe(Effect.tap((started) => Effect.sync(() => live.add(started)))),
+          (started) => started.terminate.pipe(Effect.ensuring(Effect.sync(() => live.delete(started))))
+        )
+        return {
+          pid: process.pid,
+          events: process.events,
+          write: process.write,
+          closeStdin: process.closeStdin,
+          signal: process.signal,
+          resize: (cols, rows) =>
+            Effect.gen(function*() {
+              if (process.tty === undefined) {
+                return yield* new Unsupported({ backend: BACKEND, feature: "resize of a process without a TTY" })
+              }
+              if (!validSize(cols, rows)) return yield* modalError("resize the terminal", "Invalid", `invalid terminal size ${cols}x${rows}`)
+              if (gone) return yield* modalError("resize the terminal", "NotFound", "the sandbox has ended")
+              yield* provider.resize(sandbox, process.tty, cols, rows)
+            })
+        } satisfies BackendProcess
+      })
+
+    return { home: HOME, spawn, lost: Deferred.await(lost) } satisfies Connection
+  })

@@ -1,0 +1,165 @@
+import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js"
+import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js"
+import {
+  isJSONRPCErrorResponse,
+  isJSONRPCNotification,
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  type JSONRPCMessage,
+  type MessageExtraInfo,
+  type RequestId
+} from "@modelcontextprotocol/sdk/types.js"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FiberMap from "effect/FiberMap"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import { randomUUID } from "node:crypto"
+
+/** An MCP session over HTTP: one transport and one MCP server, served by a fiber of the registry. */
+export interface HttpSession {
+  readonly id: string
+  /** Where the session's HTTP requests go. */
+  readonly transport: WebStandardStreamableHTTPServerTransport
+}
+
+interface Entry extends HttpSession {
+  lastActivity: number
+  /** Requests the session's server has not answered yet (and that were not cancelled). */
+  readonly pending: Set<RequestId>
+  /** The last pending request was settled since the reaper looked: idleness starts then. */
+  settled: boolean
+}
+
+/**
+ * The transport the MCP server sees: the session's HTTP transport, with the requests in progress
+ * counted. A session is busy while its server handles a request (a long `wait`, say), however the
+ * HTTP side looks: a cancelled request's stream may stay open without ever getting an answer.
+ */
+class CountingTransport implements Transport {
+  onclose?: (() => void) | undefined
+  onerror?: ((error: Error) => void) | undefined
+  onmessage?: ((message: JSONRPCMessage, extra?: MessageExtraInfo) => void) | undefined
+
+  constructor(private readonly entry: Entry) {}
+
+  get sessionId() {
+    return this.entry.transport.sessionId
+  }
+
+  private settle(id: RequestId) {
+    if (this.entry.pending.delete(id) && this.entry.pending.size === 0) this.entry.settled = true
+  }
+
+  async start() {
+    const inner = this.entry.transport
+    inner.onclose = () => this.onclose?.()
+    inner.onerror = (error) => this.onerror?.(error)
+    inner.onmessage = (message, extra) => {
+      if (isJSONRPCRequest(message)) this.entry.pending.add(message.id)
+      else if (isJSONRPCNotification(message) && message.method === "notifications/cancelled") {
+        const id = (message.params as { requestId?: RequestId } | undefined)?.requestId
+        if (id !== undefined) this.settle(id)
+      }
+      this.onmessage?.(message, extra)
+    }
+    await inner.start()
+  }
+
+  send(message: JSONRPCMessage, options?: TransportSendOptions) {
+    if ((isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message)) && message.id !== undefined) this.settle(message.id)
+    const relatedRequestId = options?.relatedRequestId
+    return this.entry.transport.send(message, relatedRequestId === undefined ? undefined : { relatedRequestId })
+  }
+
+  close() {
+    return this.entry.transport.close()
+  }
+}
+
+/** Every session slot is taken. */
+export class TooManySessions extends Schema.TaggedError<TooManySessions>()("TooManySessions", {
+  max: Schema.Number
+}) {
+  override get message() {
+    return `too many MCP sessions (${this.max}); try again later`
+  }
+}
+
+export interface HttpSessionsOptions {
+  /** A session with no request in progress and no HTTP request for this long is closed. */
+  readonly idleTimeout: Duration.Duration
+  readonly maxSessions: number
+  /** Serves one session until its transport closes; `onConnected` once the server is attached. */
+  readonly serve: (transport: Transport, id: string, onConnected: Effect.Effect<void>) => Effect.Effect<void>
+}
+
+/**
+ * The MCP sessions of one HTTP server. Each session is a fiber of a scoped FiberMap: it ends when
+ * the client deletes it, when it has been idle for the timeout (the reaper, on `Clock`), or when
+ * the registry's scope closes, and its temporary computers go with it.
+ */
+export const make = (options: HttpSessionsOptions) =>
+  Effect.gen(function*() {
+    const entries = new Map<string, Entry>()
+    const fibers = yield* FiberMap.make<string>()
+    const idleMs = Duration.toMillis(options.idleTimeout)
+
+    const open = Effect.gen(function*() {
+      if (entries.size >= options.maxSessions) return yield* new TooManySessions({ max: options.maxSessions })
+      const id = randomUUID()
+      const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: () => id })
+      const entry: Entry = { id, transport, lastActivity: yield* Clock.currentTimeMillis, pending: new Set(), settled: false }
+      entries.set(id, entry)
+      const connected = yield* Deferred.make<void>()
+      yield* FiberMap.run(
+        fibers,
+        id,
+        options.serve(new CountingTransport(entry), id, Deferred.succeed(connected, undefined)).pipe(
+          Effect.ensuring(Effect.sync(() => entries.delete(id))),
+          Effect.ensuring(Deferred.succeed(connected, undefined)),
+          Effect.ensuring(Effect.logDebug(`MCP session ${id} ended`))
+        )
+      )
+      yield* Deferred.await(connected)
+      yield* Effect.logDebug(`MCP session ${id} opened`)
+      return entry as HttpSession
+    })
+
+    const get = (id: string): Option.Option<HttpSession> => Option.fromNullable(entries.get(id))
+
+    /** Records an HTTP request of the session: its idle time starts again. */
+    const touch = (session: HttpSession) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.sync(() => {
+          const entry = entries.get(session.id)
+          if (entry) entry.lastActivity = now
+        }))
+
+    const reap = Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      for (const entry of [...entries.values()]) {
+        if (entry.settled) {
+          entry.settled = false
+          entry.lastActivity = Math.max(entry.lastActivity, now)
+        }
+        if (entry.pending.size === 0 && now - entry.lastActivity >= idleMs) {
+          yield* Effect.logInfo(`closing MCP session ${entry.id}: idle for ${Math.round((now - entry.lastActivity) / 1000)} s`)
+          entries.delete(entry.id)
+          yield* FiberMap.remove(fibers, entry.id)
+        }
+      }
+    })
+    // Clients that vanish without deleting their session are the usual case.
+    yield* reap.pipe(
+      Effect.repeat(Schedule.spaced(Duration.millis(Math.max(100, Math.min(5_000, idleMs / 4))))),
+      Effect.forkScoped
+    )
+
+    return { open, get, touch, size: Effect.sync(() => entries.size) } as const
+  })
+
+export type HttpSessions = Effect.Effect.Success<ReturnType<typeof make>>

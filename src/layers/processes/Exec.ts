@@ -1,0 +1,144 @@
+/**
+ * Kilntainers' `sandbox_exec`: run to completion with a hard timeout (the whole tree killed, exit
+ * 124, the partial output kept), the output within the inline budget with exact markers, and the
+ * handle to read the rest or to wait for a command that outlives the call.
+ */
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import { firstNulProblem } from "../../domain/CString.js"
+import { envProblem } from "../../domain/Environment.js"
+import { InvalidInput } from "../../domain/Errors.js"
+import { signalNumber } from "../../domain/Signals.js"
+import type { ExitInfo } from "../../services/Backend.js"
+import type { ExecInput, ExecResult, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
+import type { SettingsShape } from "../../services/Settings.js"
+import { outputFields } from "./Output.js"
+import { callBudget, withProgress } from "./Waiting.js"
+
+/** The most stdin one sandbox_exec call takes. */
+export const maxExecStdinBytes = 8 * 1024 * 1024
+
+const encoder = new TextEncoder()
+
+export const exitCodeOf = (exit: ExitInfo): number =>
+  exit.exitCode ?? (exit.signal !== null ? 128 + (signalNumber(exit.signal) ?? 9) : 1)
+
+/** The checked parts of an exec call. */
+export interface ExecPlan {
+  readonly argv?: ReadonlyArray<string> | undefined
+  readonly command?: string | undefined
+  readonly cwd: string | undefined
+  readonly timeoutSec: number
+  readonly stdin: Uint8Array | undefined
+}
+
+/** Checks an exec call the way Kilntainers does (exactly one of command or args, an absolute directory). */
+export const plan = (settings: SettingsShape, input: ExecInput): Effect.Effect<ExecPlan, InvalidInput> =>
+  Effect.gen(function*() {
+    const command = input.command === "" ? undefined : input.command
+    const args = input.args && input.args.length > 0 ? input.args : undefined
+    if (command !== undefined && args !== undefined) {
+      return yield* new InvalidInput({ message: "Cannot provide both command and args: give command (a shell command line) or args (an argv list)" })
+    }
+    if (command === undefined && args === undefined) {
+      return yield* new InvalidInput({ message: "Provide either command (a shell command line) or args (an argv list)" })
+    }
+    const problem = firstNulProblem([
+      ["command", command],
+      ["working_directory", input.working_directory],
+      ...(args ?? []).map((arg, i) => [`args[${i}]`, arg] as const)
+    ]) ?? envProblem(input.env)
+    if (problem !== undefined) return yield* new InvalidInput({ message: problem })
+    const cwd = input.working_directory === "" ? undefined : input.working_directory
+    if (cwd !== undefined && !cwd.startsWith("/")) {
+      return yield* new InvalidInput({ message: "working_directory must be an absolute path (start with /)" })
+    }
+    const timeoutSec = input.timeout ?? settings.timeout
+    if (!(Number.isFinite(timeoutSec) && timeoutSec >= 1)) {
+      return yield* new InvalidInput({ message: "timeout must be a number of seconds >= 1" })
+    }
+    const stdin = input.stdin === undefined || input.stdin === "" ? undefined : encoder.encode(input.stdin)
+    if (stdin && stdin.length > maxExecStdinBytes) {
+      return yield* new InvalidInput({ message: `stdin is larger than ${maxExecStdinBytes} bytes; write a file instead` })
+    }
+    return { argv: args, command, cwd, timeoutSec, stdin }
+  })
+
+const appendLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}`
+
+/**
+ * Feeds stdin, waits for the exit (bounded by the timeout, and by the call budget when the client
+ * does not listen to progress), kills the whole tree at the timeout, and builds the result.
+ */
+export const run = (
+  settings: SettingsShape,
+  process: ProcessHandle,
+  exec: ExecPlan,
+  meta: { readonly computer_id: string; readonly temporary: boolean; readonly began: number },
+  progress: ProgressReporter | undefined,
+  /** Where the timeout of a command that outlives the call keeps running. */
+  scope: Scope.Scope
+): Effect.Effect<ExecResult> =>
+  Effect.gen(function*() {
+    if (exec.stdin) yield* process.write(exec.stdin).pipe(Effect.ignore)
+    yield* process.closeStdin.pipe(Effect.ignore)
+    const timeoutMs = exec.timeoutSec * 1000
+    const budget = callBudget(settings, timeoutMs, progress)
+    const exited = yield* withProgress(
+      process.exited.pipe(Effect.timeoutOption(Duration.millis(budget.ms))),
+      progress,
+      (ms) => `command running for ${Math.round(ms / 1000)} s of ${exec.timeoutSec} s`
+    )
+    let timedOut = false
+    let exitCode: number | null
+    if (Option.isSome(exited)) {
+      exitCode = exitCodeOf(exited.value)
+    } else if (budget.ms >= timeoutMs) {
+      timedOut = true
+      yield* process.signal("SIGKILL", `timed out after ${exec.timeoutSec} s (sandbox_exec)`).pipe(Effect.ignore)
+      yield* process.exited.pipe(Effect.timeout(Duration.seconds(5)), Effect.ignore)
+      exitCode = 124
+    } else {
+      // The call returns before the command's timeout; the command keeps it (killed then).
+      exitCode = null
+      const left = timeoutMs - budget.ms
+      yield* process.exited.pipe(
+        Effect.timeoutOption(Duration.millis(left)),
+        Effect.flatMap((done) =>
+          Option.isSome(done) ? Effect.void : process.signal("SIGKILL", `timed out after ${exec.timeoutSec} s (sandbox_exec)`)
+        ),
+        Effect.ignore,
+        Effect.forkIn(scope)
+      )
+    }
+    const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: settings.inlineBytes })
+    const totals = yield* process.totals
+    const end = yield* Clock.currentTimeMillis
+    const cut = output.omitted !== undefined
+    let stderr = output.stderr
+    if (cut) {
+      stderr = appendLine(stderr, `[kilntainers: output was ${totals.stdout} bytes of stdout and ${totals.stderr} bytes of stderr; the middle was cut, head and tail kept. Read the rest with stdout(pid ${process.id}, stdoutCursor/stderrCursor), or re-run with head, tail or grep.]`)
+    }
+    if (timedOut) {
+      stderr = appendLine(stderr, `[kilntainers: command timed out after ${exec.timeoutSec}s; its process tree was killed; the output above is what it wrote before that]`)
+    }
+    return {
+      stdout: output.stdout,
+      stderr,
+      exit_code: exitCode,
+      exec_duration_ms: end - meta.began,
+      computer_id: meta.computer_id,
+      temporary: meta.temporary,
+      ...(timedOut ? { timed_out: true as const } : {}),
+      ...(cut ? { truncated: true as const, stdout_bytes: totals.stdout, stderr_bytes: totals.stderr } : {}),
+      ...(cut || exitCode === null ? { pid: process.id } : {}),
+      ...(exitCode === null ? { running: true as const } : {}),
+      ...(cut || exitCode === null ? { next: output.next } : {}),
+      ...(budget.note === undefined || exitCode !== null ? {} : {
+        note: `still running after ${budget.ms} ms (the call returns before the client's request timeout); it will be killed at its ${exec.timeoutSec} s timeout. Use wait(pid ${process.id}) for its exit and output.`
+      })
+    } satisfies ExecResult
+  })

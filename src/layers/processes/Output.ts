@@ -1,0 +1,80 @@
+/**
+ * Output as tool results carry it: both streams within one inline budget, bytes left out marked
+ * exactly (the marker comes from the log, which knows every hole), cursors only where they help.
+ */
+import * as Effect from "effect/Effect"
+import type { ProcessInfo } from "../../domain/Process.js"
+import type { OutputFields, ProcessHandle, ProcessState } from "../../services/Processes.js"
+
+/**
+ * Splits an inline budget between stdout and stderr: each gets all it has when both fit; otherwise
+ * stderr (where errors are) keeps at least a quarter, and the rest goes to stdout.
+ */
+export const splitBudget = (budget: number, stdoutBytes: number, stderrBytes: number) => {
+  if (stdoutBytes + stderrBytes <= budget) return { stdout: budget, stderr: budget }
+  const stderr = Math.min(stderrBytes, Math.max(Math.floor(budget / 4), budget - stdoutBytes))
+  return { stdout: Math.max(0, budget - stderr), stderr }
+}
+
+export interface ReadSpec {
+  readonly stdoutCursor?: number | undefined
+  readonly stderrCursor?: number | undefined
+  /** Without cursors: the last lines of each stream. */
+  readonly lines?: number | undefined
+  readonly budget: number
+  readonly scrollback?: boolean | undefined
+}
+
+/** The output of a process from cursors (or its last lines), within the budget. */
+export const outputFields = (process: ProcessHandle, spec: ReadSpec): Effect.Effect<OutputFields & { readonly running: boolean }> =>
+  Effect.gen(function*() {
+    const totals = yield* process.totals
+    const running = (yield* process.status) === "running"
+    const budgets = splitBudget(
+      spec.budget,
+      process.tty ? 0 : totals.stdout - (spec.stdoutCursor ?? 0),
+      totals.stderr - (spec.stderrCursor ?? 0)
+    )
+    const view = yield* process.read({
+      stdoutCursor: spec.stdoutCursor,
+      stderrCursor: spec.stderrCursor,
+      lines: spec.stdoutCursor === undefined && spec.stderrCursor === undefined ? spec.lines : undefined,
+      maxBytes: budgets.stdout,
+      stderrMaxBytes: budgets.stderr,
+      scrollback: spec.scrollback
+    })
+    const screen = view.screen
+    const omittedOut = screen === undefined ? view.stdout.omitted : 0
+    const omittedErr = view.stderr.omitted
+    const cut = omittedOut > 0 || omittedErr > 0
+    return {
+      running,
+      stdout: screen?.text ?? view.stdout.text,
+      stderr: view.stderr.text,
+      ...(running || cut ? { next: { stdout: view.stdout.next, stderr: view.stderr.next } } : {}),
+      ...(cut
+        ? { omitted: { ...(omittedOut > 0 ? { stdout: omittedOut } : {}), ...(omittedErr > 0 ? { stderr: omittedErr } : {}) } }
+        : {}),
+      ...(screen === undefined ? {} : {
+        screen: {
+          cursor: screen.cursor,
+          cols: screen.cols,
+          rows: screen.rows,
+          ...(screen.alternateScreen ? { alternateScreen: true as const } : {}),
+          ...(screen.scrollback ? { scrollback: screen.scrollback } : {})
+        }
+      })
+    }
+  })
+
+/** process-mcp's status and how it ended, from a ps entry. */
+export const stateOf = (info: ProcessInfo): ProcessState => ({
+  pid: info.pid,
+  status: info.status,
+  ...(info.exitCode === undefined ? {} : { exitCode: info.exitCode }),
+  ...(info.signal === undefined ? {} : { signal: info.signal }),
+  ...(info.reason === undefined ? {} : { reason: info.reason })
+})
+
+/** A result without the internal `running` flag. */
+export const withoutRunning = <A extends { readonly running: boolean }>({ running: _running, ...rest }: A): Omit<A, "running"> => rest

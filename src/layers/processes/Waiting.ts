@@ -1,0 +1,119 @@
+/**
+ * How a call waits on a process: for its exit, a pattern in its output, quiet, or the output that
+ * settles after an input — always bounded, never racing the process itself (the wait loses, the
+ * process keeps running), with progress notifications while it waits.
+ */
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
+import * as Pattern from "../../domain/Pattern.js"
+import type { SettingsShape } from "../../services/Settings.js"
+import type { ProcessHandle, ProgressReporter } from "../../services/Processes.js"
+
+/** How long output must pause before an input's answer counts as settled. */
+export const SETTLE_MS = 60
+/** How much output already there a pattern is matched against first. */
+const BACKLOG = 1024 * 1024
+
+/** Progress every second while `work` runs, when the client listens. */
+export const withProgress = <A, E>(
+  work: Effect.Effect<A, E>,
+  progress: ProgressReporter | undefined,
+  message: (elapsedMs: number) => string
+): Effect.Effect<A, E> =>
+  progress === undefined
+    ? work
+    : Effect.gen(function*() {
+      const start = yield* Clock.currentTimeMillis
+      let tick = 0
+      const ticker = Clock.currentTimeMillis.pipe(
+        Effect.flatMap((now) => progress({ progress: ++tick, message: message(now - start) })),
+        Effect.repeat(Schedule.spaced(Duration.seconds(1))),
+        Effect.delay(Duration.seconds(1))
+      )
+      return yield* Effect.raceFirst(work, Effect.zipRight(ticker, Effect.never))
+    })
+
+/**
+ * How long a call may wait. Without progress notifications a call stays under common client
+ * request timeouts (`maxCallMs`); with them, up to `maxTimeoutMs`. A capped wait says so.
+ */
+export const callBudget = (
+  settings: SettingsShape,
+  requestedMs: number,
+  progress: ProgressReporter | undefined
+): { readonly ms: number; readonly note?: string } => {
+  const cap = progress === undefined ? Math.min(settings.maxCallMs, settings.maxTimeoutMs) : settings.maxTimeoutMs
+  if (requestedMs <= cap) return { ms: requestedMs }
+  return {
+    ms: cap,
+    note: progress === undefined
+      ? `waited ${cap} ms, not ${requestedMs}: calls without a progress token return within ${cap} ms so that the client's request timeout is not hit; wait again, or ask with a progressToken for up to ${settings.maxTimeoutMs} ms`
+      : `waited ${cap} ms, not ${requestedMs} (the longest wait of one call)`
+  }
+}
+
+/**
+ * Completes with the match once the output from the given cursors on matches (what was already
+ * there counts too). Matching is linear-time and bounded per scan (see Pattern.ts): a flood of
+ * output or a costly pattern slows only this wait, never the server.
+ */
+export const matchOutput = (
+  process: ProcessHandle,
+  pattern: Pattern.Pattern,
+  from: { readonly stdout: number; readonly stderr: number }
+): Effect.Effect<string> =>
+  Effect.scoped(Effect.gen(function*() {
+    const live = yield* process.subscribe
+    // Raw bytes (a TTY's too): the rendered screen trims trailing spaces a prompt may end with.
+    const current = yield* process.read({ stdoutCursor: from.stdout, stderrCursor: from.stderr, maxBytes: BACKLOG, raw: true })
+    const first = yield* Pattern.scanner(pattern).feed([current.screen?.text ?? "", current.stdout.text, current.stderr.text].join("\n"))
+    if (Option.isSome(first)) return first.value
+    const scan = Pattern.scanner(pattern)
+    const out = new TextDecoder("utf-8", { fatal: false })
+    const err = new TextDecoder("utf-8", { fatal: false })
+    while (true) {
+      // Everything that arrived since the last scan is scanned together.
+      const events = yield* Queue.takeBetween(live, 1, 256)
+      let text = ""
+      let exited = false
+      for (const event of events) {
+        if (event._tag === "Exit") exited = true
+        else text += event._tag === "Stdout" ? out.decode(event.data, { stream: true }) : err.decode(event.data, { stream: true })
+      }
+      const found = yield* scan.feed(text)
+      if (Option.isSome(found)) return found.value
+      if (exited) return yield* Effect.never
+    }
+  }))
+
+/** Completes once the process has produced no output for `quietMs`. */
+export const quiet = (process: ProcessHandle, quietMs: number): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    while (true) {
+      const last = yield* process.lastActivity
+      const now = yield* Clock.currentTimeMillis
+      if (now - last >= quietMs) return
+      yield* Effect.sleep(Duration.millis(quietMs - (now - last)))
+    }
+  })
+
+/**
+ * Waits for what follows an input: returns once output came and then paused for SETTLE_MS, or the
+ * process exited, or `yieldMs` passed.
+ */
+export const settle = (process: ProcessHandle, since: number, yieldMs: number): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const settled = Effect.gen(function*() {
+      while (true) {
+        const last = yield* process.lastActivity
+        const now = yield* Clock.currentTimeMillis
+        if (last > since && now - last >= SETTLE_MS) return
+        yield* Effect.sleep(Duration.millis(last > since ? SETTLE_MS - (now - last) : SETTLE_MS))
+      }
+    })
+    yield* Effect.raceFirst(settled, Effect.asVoid(process.exited)).pipe(Effect.timeout(Duration.millis(yieldMs)), Effect.ignore)
+  })

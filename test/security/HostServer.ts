@@ -1,0 +1,151 @@
+/**
+ * The built CLI as a host-backend stdio MCP server, run the two ways the security suite attacks it:
+ * as root, and as an unprivileged user (a uid with no account, through `setpriv`). Either way it
+ * starts with a session keyring of its own that holds a secret key, `kt-test-server-secret`, so
+ * tests can check that computers do not possess the server's keyrings.
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js"
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
+import { spawnSync } from "node:child_process"
+import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { binPath, type ToolResult } from "../support/McpHarness.js"
+import { bwrapWorks } from "../support/Requirements.js"
+
+export type Mode = "root" | "unprivileged"
+
+/** The unprivileged server's uid and gid (no account needed). */
+export const UNPRIVILEGED = 64_123
+export const runningAsRoot = process.getuid?.() === 0
+const works = (command: string, args: ReadonlyArray<string>) => spawnSync(command, args, { stdio: "ignore" }).status === 0
+
+/** The modes this machine can run: root needs the tests to run as root; unprivileged is setpriv's uid then, else our own. */
+export const modes: ReadonlyArray<Mode> = runningAsRoot ? ["root", "unprivileged"] : ["unprivileged"]
+
+/** Whether the unprivileged uid can run the built CLI from this checkout (it must reach the files). */
+const unprivilegedCanRun = () =>
+  !runningAsRoot ||
+  works("setpriv", ["--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED), "--clear-groups", "--", process.execPath, "-e", `require("fs").accessSync(${JSON.stringify(binPath)})`])
+
+export const requirementsMet = bwrapWorks && existsSync(binPath) && works("python3", ["-c", "1"]) && unprivilegedCanRun()
+export const requirements = "bubblewrap, python3, a built CLI (npm run build), and, as root, setpriv and a checkout every user can read"
+
+export const probeSource = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "probe.py"), "utf8")
+
+// Joins a new session keyring holding a secret, says its id on stderr, then becomes the server.
+const KEYRING_WRAPPER = `
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]
+ring = libc.syscall(nr[1], ctypes.c_long(1), b"kt-test-server-session")
+key = libc.syscall(nr[0], b"user", b"kt-test-server-secret", b"hunter2", ctypes.c_long(7), ctypes.c_long(-3))
+sys.stderr.write("kt-test-session=%d key=%d\\n" % (ring, key))
+sys.stderr.flush()
+os.execvp(sys.argv[1], sys.argv[1:])
+`
+
+export interface HostServer {
+  readonly mode: Mode
+  readonly stateDir: string
+  /** The host uid the server runs as. */
+  readonly serverUid: number
+  /** The server's session keyring (negative when keyrings are unavailable here). */
+  readonly sessionKeyring: number
+  readonly stderr: () => string
+  readonly pid: number | null
+  readonly call: (name: string, args: Record<string, unknown>) => Promise<ToolResult>
+  readonly close: () => Promise<void>
+}
+
+export const startHostServer = async (mode: Mode, args: ReadonlyArray<string> = []): Promise<HostServer> => {
+  const stateDir = mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
+  const drop = mode === "unprivileged" && runningAsRoot
+  if (drop) chownSync(stateDir, UNPRIVILEGED, UNPRIVILEGED)
+  const setpriv = drop ? ["setpriv", "--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED), "--clear-groups", "--"] : []
+  const transport = new StdioClientTransport({
+    command: "python3",
+    args: ["-c", KEYRING_WRAPPER, ...setpriv, process.execPath, binPath, "--backend", "host", "--state-dir", stateDir, ...args],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: stateDir },
+    stderr: "pipe"
+  })
+  let stderr = ""
+  transport.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
+  const client = new Client({ name: "kilntainers-security-test", version: "1.0.0" })
+  await client.connect(transport)
+  const call = async (name: string, callArgs: Record<string, unknown>): Promise<ToolResult> => {
+    const result = await client.request(
+      { method: "tools/call", params: { name, arguments: callArgs } },
+      CallToolResultSchema,
+      { timeout: 180_000 }
+    )
+    const text = result.content.map((c) => (c.type === "text" ? c.text : "")).join("")
+    return { isError: result.isError === true, text, structured: result.structuredContent }
+  }
+  for (let i = 0; i < 100 && !/kt-test-session=/.test(stderr); i++) await new Promise((resolve) => setTimeout(resolve, 20))
+  const session = /kt-test-session=(-?\d+)/.exec(stderr)
+  return {
+    mode,
+    stateDir,
+    serverUid: drop ? UNPRIVILEGED : (process.getuid?.() ?? -1),
+    sessionKeyring: session ? Number(session[1]) : -1,
+    stderr: () => stderr,
+    pid: transport.pid,
+    call,
+    close: async () => {
+      await client.close().catch(() => undefined)
+      rmSync(stateDir, { recursive: true, force: true })
+    }
+  }
+}
+
+/** Runs the attacker's survey in a computer; `planted` is a path the probe tries to read. */
+export const probe = async (server: HostServer, computerId: string, planted?: string) => {
+  const result = await server.call("sandbox_exec", {
+    args: ["python3", "-c", probeSource, ...(planted ? [planted] : [])],
+    computer_id: computerId,
+    timeout: 120
+  })
+  if (result.structured?.exit_code !== 0) throw new Error(`the probe failed: ${result.text}`)
+  return JSON.parse(result.structured.stdout as string) as Facts
+}
+
+export interface Mount {
+  readonly root: string
+  readonly point: string
+  readonly options: string
+  readonly type: string
+  readonly super: string
+}
+
+export interface Facts {
+  readonly uid: number
+  readonly gid: number
+  readonly groups: ReadonlyArray<number>
+  readonly uid_map: ReadonlyArray<string>
+  readonly caps: Readonly<Record<string, string>>
+  readonly core_pattern: { readonly access_w: boolean; readonly open_w: string }
+  readonly sysrq_trigger: { readonly access_w: boolean; readonly open_w: string }
+  readonly writable_sysctls: ReadonlyArray<string>
+  readonly root_only_files_checked: number
+  readonly root_only_files_readable: ReadonlyArray<string>
+  readonly etc: ReadonlyArray<string>
+  readonly planted: string | null
+  readonly writes: Readonly<Record<string, string>>
+  readonly nested_userns: string
+  readonly keyring: {
+    readonly session: number | string
+    readonly user: number | string
+    readonly session_keys: number | string
+    readonly request_server_secret: number | string
+  }
+  readonly pid1_fds: Readonly<Record<string, string>> | string
+  readonly pid1_cmdline: ReadonlyArray<string>
+  readonly pid1_environ: ReadonlyArray<string>
+  readonly pid2_cmdline: ReadonlyArray<string>
+  readonly mounts: ReadonlyArray<Mount>
+}
