@@ -19,88 +19,22 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
-import * as FiberMap from "effect/FiberMap"
 import * as Random from "effect/Random"
-import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
-import type { ComputerMetadata, Owner } from "../domain/ComputerMetadata.js"
-import { ComputerUnavailable, type ProviderError, providerError, type SpawnFailed, Unsupported } from "../domain/Errors.js"
+import type { ComputerMetadata } from "../domain/ComputerMetadata.js"
+import { ComputerUnavailable, type ProviderError, providerError, Unsupported } from "../domain/Errors.js"
 import type { Backend, Connection, Instance, SpawnSpec } from "../services/Backend.js"
-import type { ComputerHandle, ComputerInfo, ProcessRequest } from "../services/Computers.js"
+import type { ProcessRequest } from "../services/Computers.js"
 import { computerInfo } from "./ComputerInfo.js"
-import type { ProcessHandle } from "../services/Processes.js"
 import * as Tracing from "../layers/tracing/Tracing.js"
-import * as ProcessActor from "./ProcessActor.js"
+import type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
+import * as ComputerProcesses from "./ComputerProcesses.js"
+import * as LeaseRenewal from "./LeaseRenewal.js"
 import { runToCompletion } from "./RunToCompletion.js"
 
-export type ComputerState =
-  | "creating"
-  | "running"
-  | "restarting"
-  | "resetting"
-  | "recovering"
-  | "lost"
-  | "deleting"
-  | "deleted"
-  | "closing"
-  | "closed"
-  | "failed"
-
-/** Who this server is, as recorded on the computers it creates. */
-export interface ServerIdentity {
-  readonly instanceId: string
-  readonly owner: Owner
-}
-
-export interface ComputerActorOptions {
-  readonly id: string
-  readonly temporary: boolean
-  readonly shared: boolean
-  /** The session that asked for it first. */
-  readonly session: string
-  readonly incarnation: number
-  readonly killGraceMs: number
-  readonly server: ServerIdentity
-  /** How long before the provider's end of life the computer's info carries a warning. */
-  readonly warnBeforeEndMs?: number | undefined
-}
-
-/** Where the computer comes from: a new one (for a warm pool: marked pooled), or one the provider already has. */
-export type Origin =
-  | { readonly _tag: "Create"; readonly pooled?: boolean | undefined }
-  | { readonly _tag: "Attach"; readonly instance: Instance }
-
-export interface ComputerActor extends ComputerHandle {
-  /** Completes when the computer is running (or fails when it could not be created or attached). */
-  readonly ready: Effect.Effect<void, ProviderError>
-  readonly state: Effect.Effect<ComputerState>
-  readonly info: Effect.Effect<ComputerInfo>
-  /** The session now holds this computer. */
-  readonly hold: (session: string) => Effect.Effect<void>
-  /** The session lets go; answers whether anyone still holds it. */
-  readonly release: (session: string) => Effect.Effect<boolean>
-  readonly share: Effect.Effect<void>
-  readonly liveProcesses: Effect.Effect<number>
-  /**
-   * Hands a warm pool's computer out under its real id, to its first session: the provider renames
-   * it (its labels keep the pool's mark: the reaper treats it as any temporary computer).
-   */
-  readonly adopt: (request: { readonly id: string; readonly session: string; readonly shared: boolean }) => Effect.Effect<void, ProviderError | Unsupported>
-  /** Makes a lost computer run again (start it if the provider still has it, else create it). */
-  readonly recover: Effect.Effect<void, ProviderError>
-  /** Ends every process, then restarts keeping the writable state. */
-  readonly restart: Effect.Effect<void, ProviderError | Unsupported | ComputerUnavailable>
-  /** Ends every process, then recreates the computer from its base image. */
-  readonly factoryReset: Effect.Effect<void, ProviderError | Unsupported | ComputerUnavailable>
-  /** Ends every process and removes the computer for good. */
-  readonly destroy: Effect.Effect<void, ProviderError>
-}
+export type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
 
 const iso = (millis: number) => new Date(millis).toISOString()
-
-/** A loss noticed this soon after a process ended explains its end; at most this many are kept. */
-const RECENT_MS = 5_000
-const RECENT_KEPT = 64
 
 /** A fresh random nonce: finds a computer whose create answer was lost. */
 const nonce = Effect.map(Random.nextIntBetween(0, 0x7fffffff), (n) => n.toString(36))
@@ -126,10 +60,7 @@ export const make = (
     let createdAt = yield* Clock.currentTimeMillis
     let shared = options.shared
     const owners = new Set(options.session === "" ? [] : [options.session])
-    const live = new Map<string, ProcessHandle>()
-    /** Processes that ended lately: a loss noticed moments after their end explains it. */
-    const recent: Array<{ readonly process: ProcessHandle; readonly endedAt: number }> = []
-    const supervisor = yield* FiberMap.make<string>()
+    const processes = yield* ComputerProcesses.make({ computerId: () => id, backend: backend.name, killGraceMs: options.killGraceMs })
     const lifecycle = yield* Effect.makeSemaphore(1)
     const ready = yield* Deferred.make<void, ProviderError>()
     // Connections live in a scope made before the actor's finalizer, so they close after it: the
@@ -153,33 +84,6 @@ export const make = (
       if (!Number.isNaN(created)) createdAt = created
     }
 
-    /** Why the processes being stopped now are stopped (their spans end before their exit is recorded). */
-    let stopping: string | undefined
-    const stopAll = (reason: string) =>
-      Effect.suspend(() => {
-        stopping = reason
-        return FiberMap.clear(supervisor)
-      }).pipe(Effect.ensuring(Effect.sync(() => {
-        stopping = undefined
-      })))
-
-    /** SIGTERM to every live process, a bounded grace, then the supervisor kills the rest. */
-    const endProcesses = (reason: string) =>
-      Effect.gen(function*() {
-        const actors = [...live.values()]
-        yield* Effect.forEach(actors, (actor) =>
-          actor.noteReason(reason).pipe(
-            Effect.zipRight(actor.signal("SIGTERM")),
-            Effect.ignore,
-            Effect.zipRight(actor.exited)
-          ), { concurrency: "unbounded", discard: true }).pipe(
-            Effect.timeout(Duration.millis(options.killGraceMs)),
-            Effect.interruptible,
-            Effect.ignore
-          )
-        yield* stopAll(reason)
-      })
-
     const disconnect = Effect.suspend(() => {
       const current = connection
       connection = undefined
@@ -193,14 +97,7 @@ export const make = (
         state = "lost"
         why = reason
         yield* Effect.logWarning(`${label()} was lost: ${reason}`)
-        yield* Effect.forEach([...live.values()], (actor) => actor.noteReason(`computer lost: ${reason}`), { discard: true })
-        const now = yield* Clock.currentTimeMillis
-        yield* Effect.forEach(
-          recent.filter((ended) => now - ended.endedAt <= RECENT_MS),
-          (ended) => ended.process.explainEnd(`computer lost: ${reason}`),
-          { discard: true }
-        )
-        yield* stopAll(`computer lost: ${reason}`)
+        yield* processes.lost(reason)
         yield* disconnect
       }).pipe(Tracing.lifecycle("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
 
@@ -283,30 +180,21 @@ export const make = (
 
     // Lease renewal / keep-alive: the provider extends the computer's life while this server holds it.
     if (backend.renewal !== undefined) {
-      const renewal = backend.renewal
-      yield* Effect.gen(function*() {
-        if (state !== "running" || instance === undefined) return
-        const now = yield* Clock.currentTimeMillis
-        const current = instance
-        yield* renewal.renew(current, now + renewal.leaseMs).pipe(
-          Effect.tap((renewed) => Effect.sync(() => {
-            if (instance === current) instance = renewed
-          })),
-          Tracing.lifecycle("renew", spanned, { root: true }),
-          Effect.catchAll((error) => Effect.logWarning(`${label()}: cannot renew its lease: ${error.message}`))
-        )
-      }).pipe(
-        Effect.repeat(Schedule.spaced(Duration.millis(renewal.everyMs))),
-        Effect.delay(Duration.millis(renewal.everyMs)),
-        Effect.forkScoped
-      )
+      yield* LeaseRenewal.keep(backend.renewal, {
+        current: () => (state === "running" ? instance : undefined),
+        renewed: (before, after) => {
+          if (instance === before) instance = after
+        },
+        traced: spanned,
+        label
+      })
     }
 
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         const wasDeleted = state === "deleted"
         state = wasDeleted ? "deleted" : "closing"
-        yield* endProcesses(`${label()} closed`)
+        yield* processes.endAll(`${label()} closed`)
         yield* disconnect
         if (!wasDeleted && instance !== undefined) {
           const target = instance
@@ -331,53 +219,7 @@ export const make = (
         : Effect.fail(new ComputerUnavailable({ id, state, ...(why === undefined ? {} : { why }) }))
     )
 
-    const spawn = (request: ProcessRequest) =>
-      Effect.gen(function*() {
-        const target = yield* usable
-        const started = yield* Deferred.make<ProcessHandle, SpawnFailed | ProviderError>()
-        // The process's span runs from spawn to exit; output of children that outlive it may follow.
-        const untilExit = Effect.gen(function*() {
-          const process = yield* target.spawn(request.spec)
-          const actor = yield* ProcessActor.make(process, {
-            id: request.id,
-            computerId: id,
-            command: request.command,
-            cwd: request.spec.cwd,
-            tty: request.spec.tty,
-            headBytes: request.headBytes,
-            tailBytes: request.tailBytes,
-            mailboxCapacity: request.mailboxCapacity,
-            onExit: request.onExit
-          })
-          live.set(request.id, actor)
-          yield* Deferred.succeed(started, actor)
-          yield* actor.exited
-          yield* Tracing.processEnded(yield* actor.info, yield* actor.totals)
-          return actor
-        }).pipe(Tracing.process({ id: request.id, computerId: id, backend: backend.name, command: request.command, spec: request.spec }, () => stopping))
-        const lifetime = Effect.gen(function*() {
-          const actor = yield* untilExit
-          yield* actor.closed
-        }).pipe(
-          Effect.scoped,
-          Effect.onExit((exit) =>
-            Effect.zipRight(
-              Effect.flatMap(Clock.currentTimeMillis, (endedAt) =>
-                Effect.sync(() => {
-                  const actor = live.get(request.id)
-                  live.delete(request.id)
-                  if (actor === undefined) return
-                  recent.push({ process: actor, endedAt })
-                  if (recent.length > RECENT_KEPT) recent.shift()
-                })
-              ),
-              Exit.isFailure(exit) ? Deferred.failCause(started, exit.cause) : Effect.void
-            )
-          )
-        )
-        yield* FiberMap.run(supervisor, request.id, lifetime)
-        return yield* Deferred.await(started)
-      })
+    const spawn = (request: ProcessRequest) => Effect.flatMap(usable, (target) => processes.spawn(target, request))
 
     const run = (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) =>
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
@@ -390,7 +232,7 @@ export const make = (
             return yield* new ComputerUnavailable({ id, state })
           }
           state = during
-          yield* endProcesses(`${label()} ${done}`)
+          yield* processes.endAll(`${label()} ${done}`)
           yield* disconnect
           yield* act.pipe(Effect.onExit((exit) =>
             Effect.sync(() => {
@@ -440,7 +282,7 @@ export const make = (
     const destroy = lifecycle.withPermits(1)(Effect.gen(function*() {
       if (state === "deleted") return
       state = "deleting"
-      yield* endProcesses(`${label()} deleted`)
+      yield* processes.endAll(`${label()} deleted`)
       yield* disconnect
       if (instance !== undefined) yield* backend.remove(instance)
       state = "deleted"
@@ -453,9 +295,7 @@ export const make = (
       Tracing.lifecycle("delete", spanned)
     ))
 
-    const liveProcesses = Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
-      Effect.map((statuses) => statuses.filter((status) => status === "running").length)
-    )
+    const liveProcesses = processes.running
 
     const info = Effect.gen(function*() {
       const facts = { id, backend: backend.name, state, temporary: options.temporary, instance, createdAt, warnBeforeEndMs: options.warnBeforeEndMs }

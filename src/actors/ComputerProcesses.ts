@@ -1,0 +1,132 @@
+/**
+ * The processes of one computer, as its actor keeps them: a FiberMap of their lifetimes (a process
+ * belongs to its computer, never to the request that started it), the live ones by id, and the few
+ * that ended lately (a loss noticed moments after their end explains it).
+ */
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberMap from "effect/FiberMap"
+import type * as Scope from "effect/Scope"
+import type { ProviderError, SpawnFailed } from "../domain/Errors.js"
+import type { Connection } from "../services/Backend.js"
+import type { ProcessRequest } from "../services/Computers.js"
+import type { ProcessHandle } from "../services/Processes.js"
+import * as Tracing from "../layers/tracing/Tracing.js"
+import * as ProcessActor from "./ProcessActor.js"
+
+/** A loss noticed this soon after a process ended explains its end; at most this many are kept. */
+const RECENT_MS = 5_000
+const RECENT_KEPT = 64
+
+export interface ComputerProcesses {
+  /** Starts a process on the connection; answers once it runs (its lifetime is the FiberMap's). */
+  readonly spawn: (target: Connection, request: ProcessRequest) => Effect.Effect<ProcessHandle, SpawnFailed | ProviderError>
+  /** SIGTERM to every live process, a bounded grace, then the rest are killed; `ps` says why. */
+  readonly endAll: (reason: string) => Effect.Effect<void>
+  /** Ends every process now, because the computer was lost; those that ended lately learn why too. */
+  readonly lost: (reason: string) => Effect.Effect<void>
+  /** How many still run. */
+  readonly running: Effect.Effect<number>
+}
+
+export const make = (options: {
+  readonly computerId: () => string
+  readonly backend: string
+  readonly killGraceMs: number
+}): Effect.Effect<ComputerProcesses, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const live = new Map<string, ProcessHandle>()
+    const recent: Array<{ readonly process: ProcessHandle; readonly endedAt: number }> = []
+    const supervisor = yield* FiberMap.make<string>()
+    /** Why the processes being stopped now are stopped (their spans end before their exit is recorded). */
+    let stopping: string | undefined
+
+    const stopAll = (reason: string) =>
+      Effect.suspend(() => {
+        stopping = reason
+        return FiberMap.clear(supervisor)
+      }).pipe(Effect.ensuring(Effect.sync(() => {
+        stopping = undefined
+      })))
+
+    const endAll = (reason: string) =>
+      Effect.gen(function*() {
+        yield* Effect.forEach([...live.values()], (actor) =>
+          actor.noteReason(reason).pipe(
+            Effect.zipRight(actor.signal("SIGTERM")),
+            Effect.ignore,
+            Effect.zipRight(actor.exited)
+          ), { concurrency: "unbounded", discard: true }).pipe(
+            Effect.timeout(Duration.millis(options.killGraceMs)),
+            Effect.interruptible,
+            Effect.ignore
+          )
+        yield* stopAll(reason)
+      })
+
+    const lost = (reason: string) =>
+      Effect.gen(function*() {
+        const why = `computer lost: ${reason}`
+        yield* Effect.forEach([...live.values()], (actor) => actor.noteReason(why), { discard: true })
+        const now = yield* Clock.currentTimeMillis
+        yield* Effect.forEach(
+          recent.filter((ended) => now - ended.endedAt <= RECENT_MS),
+          (ended) => ended.process.explainEnd(why),
+          { discard: true }
+        )
+        yield* stopAll(why)
+      })
+
+    const forget = (id: string) =>
+      Effect.flatMap(Clock.currentTimeMillis, (endedAt) =>
+        Effect.sync(() => {
+          const actor = live.get(id)
+          live.delete(id)
+          if (actor === undefined) return
+          recent.push({ process: actor, endedAt })
+          if (recent.length > RECENT_KEPT) recent.shift()
+        }))
+
+    const spawn = (target: Connection, request: ProcessRequest) =>
+      Effect.gen(function*() {
+        const computerId = options.computerId()
+        const started = yield* Deferred.make<ProcessHandle, SpawnFailed | ProviderError>()
+        // The process's span runs from spawn to exit; output of children that outlive it may follow.
+        const untilExit = Effect.gen(function*() {
+          const process = yield* target.spawn(request.spec)
+          const actor = yield* ProcessActor.make(process, {
+            id: request.id,
+            computerId,
+            command: request.command,
+            cwd: request.spec.cwd,
+            tty: request.spec.tty,
+            headBytes: request.headBytes,
+            tailBytes: request.tailBytes,
+            mailboxCapacity: request.mailboxCapacity,
+            onExit: request.onExit
+          })
+          live.set(request.id, actor)
+          yield* Deferred.succeed(started, actor)
+          yield* actor.exited
+          yield* Tracing.processEnded(yield* actor.info, yield* actor.totals)
+          return actor
+        }).pipe(Tracing.process({ id: request.id, computerId, backend: options.backend, command: request.command, spec: request.spec }, () => stopping))
+        const lifetime = Effect.flatMap(untilExit, (actor) => actor.closed).pipe(
+          Effect.scoped,
+          Effect.onExit((exit) =>
+            Effect.zipRight(forget(request.id), Exit.isFailure(exit) ? Deferred.failCause(started, exit.cause) : Effect.void)
+          )
+        )
+        yield* FiberMap.run(supervisor, request.id, lifetime)
+        return yield* Deferred.await(started)
+      })
+
+    const running = Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
+      Effect.map((statuses) => statuses.filter((status) => status === "running").length)
+    )
+
+    return { spawn, endAll, lost, running }
+  })
