@@ -25,6 +25,19 @@ export interface Capabilities {
   readonly networkControl: boolean
 }
 
+/** Every capability; a backend declares what it lacks: `capabilitiesWithout({ pty: false })`. */
+export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]: false }> = {}): Capabilities => ({
+  pty: true,
+  stdin: true,
+  signals: true,
+  restart: true,
+  factoryReset: true,
+  persistence: true,
+  files: true,
+  networkControl: true,
+  ...missing
+})
+
 /** What the runtime asks a backend to start inside a computer. */
 export interface SpawnSpec {
   /** argv; argv[0] is looked up on the computer's PATH. */

@@ -17,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import type { Capabilities } from "../../../services/Backend.js"
+import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
 import type * as Relay from "../agent/Relay.js"
@@ -56,16 +56,7 @@ export const DEFAULT_CPU = 1
 export const DEFAULT_PIDS_LIMIT = 512
 
 /** The capabilities of the Docker backend. */
-export const capabilities: Capabilities = {
-  pty: true,
-  stdin: true,
-  signals: true,
-  restart: true,
-  factoryReset: true,
-  persistence: true,
-  files: true,
-  networkControl: true
-}
+export const capabilities: Capabilities = capabilitiesWithout()
 
 const parseMemory = (memory: string | undefined): Either.Either<number, string> => {
   const bytes = parseSize(memory ?? DEFAULT_MEMORY)

@@ -22,7 +22,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { type ProviderError, Unsupported } from "../../../domain/Errors.js"
-import { Backend, type Capabilities, type Instance } from "../../../services/Backend.js"
+import { Backend, type Capabilities, type Instance, capabilitiesWithout } from "../../../services/Backend.js"
 import * as E2BConnection from "./E2BConnection.js"
 import { BACKEND, e2bError } from "./E2BError.js"
 import * as E2BProvider from "./E2BProvider.js"
@@ -73,16 +73,7 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000
  * What works on E2B. restart: pause + resume (filesystem kept, a cold boot); files: the runtime
  * reads and writes files with processes, whose output is exact bytes; networkControl: not offered.
  */
-export const capabilities: Capabilities = {
-  pty: true,
-  stdin: true,
-  signals: true,
-  restart: true,
-  factoryReset: true,
-  persistence: true,
-  files: true,
-  networkControl: false
-}
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false })
 
 /** The E2B provider, after the startup checks: valid limits, and an API that answers and takes the key. */
 export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>

@@ -22,7 +22,7 @@ import type * as Scope from "effect/Scope"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { ProviderError } from "../../../domain/Errors.js"
-import type { Capabilities } from "../../../services/Backend.js"
+import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
 import * as FlyApi from "./FlyApi.js"
 import type { ConnectionTuning } from "./FlyConnection.js"
@@ -103,16 +103,7 @@ export const DEFAULT_TUNING: FlyTuning = {
 }
 
 /** The capabilities of the Fly backend (see the modules for how each one works). */
-export const capabilities: Capabilities = {
-  pty: false,
-  stdin: true,
-  signals: true,
-  restart: true,
-  factoryReset: true,
-  persistence: true,
-  files: true,
-  networkControl: false
-}
+export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false })
 
 /** A reason why the settings cannot work, or undefined. */
 export const invalidOptions = (options: FlyBackendOptions): string | undefined => {

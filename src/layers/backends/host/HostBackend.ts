@@ -57,7 +57,7 @@ import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import { join, resolve } from "node:path"
 import type { ProviderError } from "../../../domain/Errors.js"
-import { Backend, type Capabilities, type Connection, type Instance } from "../../../services/Backend.js"
+import { Backend, type Capabilities, type Connection, type Instance, capabilitiesWithout } from "../../../services/Backend.js"
 import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
 import * as AgentLauncher from "../agent/AgentLauncher.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
@@ -88,16 +88,7 @@ const IMAGE = "host"
 const MINIMAL_ENV = { PATH: "/usr/local/bin:/usr/bin:/bin" }
 
 /** The capabilities of the host backend. */
-export const capabilities: Capabilities = {
-  pty: true,
-  stdin: true,
-  signals: true,
-  restart: true,
-  factoryReset: true,
-  persistence: true,
-  files: true,
-  networkControl: true
-}
+export const capabilities: Capabilities = capabilitiesWithout()
 
 /** The host backend: bubblewrap sandboxes (or, explicitly, none) around workspace directories. */
 export const make = (options: HostBackendOptions) =>

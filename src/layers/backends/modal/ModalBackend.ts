@@ -32,7 +32,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { Unsupported } from "../../../domain/Errors.js"
-import type { Capabilities } from "../../../services/Backend.js"
+import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
 import * as ModalConnection from "./ModalConnection.js"
 import { BACKEND, modalError } from "./ModalError.js"
@@ -50,16 +50,7 @@ export const NAME = BACKEND
 export const HOME = ModalProvider.HOME
 
 /** The capabilities of the Modal backend (see the header for restart). */
-export const capabilities: Capabilities = {
-  pty: true,
-  stdin: true,
-  signals: true,
-  restart: false,
-  factoryReset: true,
-  persistence: true,
-  files: true,
-  networkControl: true
-}
+export const capabilities: Capabilities = capabilitiesWithout({ restart: false })
 
 /** The gateway the options ask for: given, over a given client, or over the SDK with the tokens. */
 const gatewayFor = (options: Options.ModalBackendOptions) =>

@@ -31,7 +31,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { Backend, type Capabilities, type Instance, type Query } from "../../../services/Backend.js"
+import { Backend, type Capabilities, type Instance, type Query, capabilitiesWithout } from "../../../services/Backend.js"
 import * as Launcher from "./Launcher.js"
 import { DEFAULT_MAX_DISK_BYTES, formatSize } from "./Quota.js"
 import { baseImage } from "./Snapshot.js"
@@ -56,16 +56,7 @@ export interface WasmBackendOptions {
 }
 
 /** The capabilities of the toolset backend. */
-export const toolsetCapabilities: Capabilities = {
-  pty: false,
-  stdin: true,
-  signals: false,
-  restart: true,
-  factoryReset: true,
-  persistence: true,
-  files: true,
-  networkControl: false
-}
+export const toolsetCapabilities: Capabilities = capabilitiesWithout({ pty: false, signals: false, networkControl: false })
 
 /** The capabilities of a user module: no shell, so the runtime cannot move files with `sh -c`. */
 export const moduleCapabilities: Capabilities = { ...toolsetCapabilities, files: false }
