@@ -77,6 +77,8 @@ describeIf(install !== undefined && tarball !== undefined && process.env.KILNTAI
       /^LICEN[CS]E(\.md)?$/,
       /^dist\/src\/.+\.(js|d\.ts)$/,
       /^dist\/src\/dashboard\/dashboard\.html$/,
+      /^dist\/bin\/[\w./-]+\.mjs$/,
+      /^images\/computer\/[\w.-]+$/,
       /^native\/kt-(agent|sandbox)\.c$/,
       /^native\/kt-agent\/[a-z]+\.[ch]$/,
       /^prebuilt\/(manifest\.json|NOTICE\.md)$/,
