@@ -73,7 +73,7 @@ export interface BackendProcess {
   readonly pid: number | null
   /**
    * Every event exactly once; ends when the process and all holders of its output are gone.
-   * Made with `ProcessEvents.make` (bounded, with back-pressure). Aliasing rule: the bytes of a
+   * Made with `new ProcessEvents()` (bounded, with back-pressure). Aliasing rule: the bytes of a
    * pulled chunk's events are valid until the next pull — a backend may reuse that memory — so a
    * consumer copies what it keeps before pulling again.
    */
