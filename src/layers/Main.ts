@@ -32,7 +32,8 @@ const hostLayer = (settings: SettingsShape) =>
       network: settings.network,
       sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
       bwrap: settings.bwrapPath,
-      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu }
+      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu },
+      filesystem: settings.filesystem
     }))
 
 const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
