@@ -28,6 +28,7 @@ import { ComputerUnavailable, type ProviderError, providerError, type SpawnFaile
 import type { Backend, Connection, Instance, SpawnSpec } from "../services/Backend.js"
 import type { ComputerHandle, ComputerInfo, ProcessRequest } from "../services/Computers.js"
 import { computerInfo } from "./ComputerInfo.js"
+import * as ExternalComputer from "./ExternalComputer.js"
 import type { ProcessHandle } from "../services/Processes.js"
 import * as Tracing from "../layers/tracing/Tracing.js"
 import * as ProcessActor from "./ProcessActor.js"
@@ -408,16 +409,20 @@ export const make = (
 
     const unsupported = (feature: string) => new Unsupported({ backend: backend.name, feature })
 
-    const restart = backend.capabilities.restart ? step("restarting", "restarted", "restart", Effect.gen(function*() {
+    /** Adopted computers refuse restart, reset and delete before any process is touched. */
+    const unlessExternal = <A, E>(what: string, effect: Effect.Effect<A, E>) =>
+      Effect.zipRight(Effect.suspend(() => ExternalComputer.refuse(backend.name, instance, what)), effect)
+
+    const restart = backend.capabilities.restart ? unlessExternal("restart", step("restarting", "restarted", "restart", Effect.gen(function*() {
       setInstance(yield* backend.restart(instance!))
       yield* connect
-    })) : Effect.fail(unsupported("restarting a computer while keeping its files"))
+    }))) : Effect.fail(unsupported("restarting a computer while keeping its files"))
 
-    const factoryReset = backend.capabilities.factoryReset ? step("resetting", "factory reset", "reset", Effect.gen(function*() {
+    const factoryReset = backend.capabilities.factoryReset ? unlessExternal("factory reset", step("resetting", "factory reset", "reset", Effect.gen(function*() {
       yield* backend.remove(instance!)
       yield* create
       yield* connect
-    })) : Effect.fail(unsupported("factory reset"))
+    }))) : Effect.fail(unsupported("factory reset"))
 
     const recover = lifecycle.withPermits(1)(Effect.gen(function*() {
       if (state !== "lost") return
@@ -437,7 +442,7 @@ export const make = (
       Tracing.lifecycle("recover", spanned)
     ))
 
-    const destroy = lifecycle.withPermits(1)(Effect.gen(function*() {
+    const destroy = unlessExternal("delete", lifecycle.withPermits(1)(Effect.gen(function*() {
       if (state === "deleted") return
       state = "deleting"
       yield* endProcesses(`${label()} deleted`)
@@ -451,7 +456,7 @@ export const make = (
         why = "delete failed"
       })),
       Tracing.lifecycle("delete", spanned)
-    ))
+    )))
 
     const liveProcesses = Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
       Effect.map((statuses) => statuses.filter((status) => status === "running").length)

@@ -47,7 +47,9 @@ const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
       pidsLimit: settings.pidsLimit,
       network: settings.network,
       runFlags: settings.dockerRunFlags,
-      onPullProgress: log
+      onPullProgress: log,
+      filesystem: settings.filesystem,
+      adoptContainer: settings.dockerContainer
     }))
 
 const flyLayer = (settings: SettingsShape) => {
