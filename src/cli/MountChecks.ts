@@ -69,15 +69,15 @@ const checkMount = (mount: Mounts.Mount, backend: "host" | "docker", stateDir: s
       return yield* refuse(`${label}: ${reserved} is the computer's own (${reserved === HOME ? "its home and workspace; mount below it, e.g. /home/agent/project" : "the agent"})`)
     }
     if (mount.volume) return
+    if (ENGINE_SOCKETS.includes(mount.source)) {
+      return yield* refuse(`${label}: the container engine's socket would give computers control of this machine`)
+    }
     const found = kind(mount.source)
     if (found === "missing") return yield* refuse(`${label}: the host path ${mount.source} does not exist`)
     if (found === "other") return yield* refuse(`${label}: the host path ${mount.source} is neither a directory nor a file`)
     if (mount.source === "/") return yield* refuse(`${label}: mounting the host's root would show computers this whole machine`)
     const system = ["/proc", "/sys", "/dev"].find((base) => Mounts.within(mount.source, base))
     if (system !== undefined) return yield* refuse(`${label}: ${system} of this machine is not for computers`)
-    if (ENGINE_SOCKETS.includes(mount.source)) {
-      return yield* refuse(`${label}: the container engine's socket would give computers control of this machine`)
-    }
     const state = real(stateDir)
     if (backend === "host" && (Mounts.within(mount.source, state) || Mounts.within(state, mount.source))) {
       return yield* refuse(`${label}: it overlaps kilntainers' state directory ${state}, where computers' workspaces and agents live`)

@@ -2,6 +2,7 @@
  * The user's own files in computers (host and Docker): `--mount`, `--workdir`, `--deny-read`, and
  * process-mcp's SANDBOX_ALLOW_WRITE, SANDBOX_DENY_WRITE, DEFAULT_WORKDIR, DOCKER_VOLUME,
  * DOCKER_CONTAINER and DOCKER_USE_EXISTING. Checked against this machine in `MountChecks.ts`.
+ * Listed by `--help-all` (the short help keeps to 100 lines).
  */
 import * as Either from "effect/Either"
 import * as Mounts from "../../domain/Mounts.js"
@@ -15,6 +16,7 @@ export const mountFlags = {
     metavar: "HOST_PATH:PATH[:ro]",
     backends: ["host", "docker"],
     each: (item) => problem(Mounts.parseMount(item)),
+    more: true,
     help: "Show a host directory inside every computer at PATH, read-write (or :ro); writes land on the host; " +
       "repeatable, or a comma list"
   }),
@@ -25,6 +27,7 @@ export const mountFlags = {
     alsoFrom: ["DEFAULT_WORKDIR"],
     shownDefault: "the computer's home, /home/agent",
     pattern: { test: /^\//, says: "must be an absolute path inside the computer" },
+    more: true,
     help: "Default working directory of processes (relative cwds resolve against it)"
   }),
   denyRead: Flag.commaList("deny-read", {
@@ -33,6 +36,7 @@ export const mountFlags = {
     alsoFrom: ["SANDBOX_DENY_READ"],
     backends: ["host", "docker"],
     each: Mounts.hostPathProblem,
+    more: true,
     help: "Hide this host path from computers wherever they would see it (a mount, /etc, /usr, /opt); repeatable"
   }),
   allowWrite: Flag.commaList("allow-write", {
@@ -69,6 +73,7 @@ export const mountFlags = {
     // process-mcp's DOCKER_CONTAINER, which counts only with DOCKER_USE_EXISTING=true.
     alsoFrom: ["DOCKER_CONTAINER"],
     backends: ["docker"],
+    more: true,
     help: "Adopt this existing running container as a permanent computer: processes run in it; it is never " +
       "stopped, restarted, reset or removed"
   }),
