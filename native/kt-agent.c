@@ -5,7 +5,7 @@
  * or directly on the host in unsandboxed mode) and starts every process of that computer on request,
  * so that a spawn costs a fork+exec of this small program instead of a new sandbox or engine exec.
  *
- *   kt-agent [--no-parent] [--caps drop|keep] [--no-seccomp] [--relay-port N]
+ *   kt-agent [--no-parent] [--caps drop|keep] [--no-seccomp] [--no-setid-files] [--relay-port N]
  *
  * Protocol on stdin (server -> agent) and stdout (agent -> server): frames of
  *   u32 payloadLength (LE) | u8 type | u32 id (LE) | payload
@@ -121,7 +121,7 @@ static void on_signals(void) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: kt-agent [--no-parent] [--caps drop|keep] [--no-seccomp] [--relay-port N]\n");
+  fprintf(stderr, "usage: kt-agent [--no-parent] [--caps drop|keep] [--no-seccomp] [--no-setid-files] [--relay-port N]\n");
   exit(2);
 }
 
@@ -139,6 +139,7 @@ int main(int argc, char **argv) {
       else if (strcmp(v, "keep") == 0) opt_drop_caps = 0;
       else usage();
     } else if (strcmp(argv[i], "--no-seccomp") == 0) opt_seccomp = 0;
+    else if (strcmp(argv[i], "--no-setid-files") == 0) opt_no_setid = 1;
     else if (strcmp(argv[i], "--relay-port") == 0 && i + 1 < argc) {
       relay_port = atoi(argv[++i]);
       if (relay_port <= 0 || relay_port > 65535) usage();

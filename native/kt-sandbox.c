@@ -24,6 +24,11 @@
  *   Options of ours inside the bubblewrap options, rewritten on the way:
  *     --kt-bind SRC DEST     a read-write bind of a host path (staged with --uid, else --bind SRC DEST)
  *     --kt-ro-bind SRC DEST  the same, read-only
+ *     --kt-user-bind SRC DEST, --kt-user-ro-bind SRC DEST
+ *                            the user's own files (--mount): as --kt-bind/--kt-ro-bind, and with --uid
+ *                            the staged mount is idmapped (mount_setattr MOUNT_ATTR_IDMAP) so that the
+ *                            owner of SRC on disk is UID/GID through it: the sandbox can work on the
+ *                            user's files, and what it creates there belongs, on disk, to SRC's owner
  *     --kt-data DEST TEXT    a read-only file holding TEXT (a memfd given to --ro-bind-data)
  *     --kt-exec SRC DEST     a read-only executable copy of the host file SRC (--ro-bind-data), so
  *                            that the sandbox's mount table does not show where SRC lives
@@ -58,7 +63,32 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/mount.h>
 #include <unistd.h>
+
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+#endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+struct kt_mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_fd; };
 
 #define STAGE "/tmp"
 #define STAGE_DIR "/tmp/.kt"
@@ -158,7 +188,9 @@ static void mount_stage(void) {
 }
 
 /* Bind-mounts the host path open as `fd` at STAGE_DIR/N and returns that path. */
-static char *stage(int fd, int n, const char *source) {
+static void stage_idmapped(int fd, const char *to, const char *source, long uid, long gid);
+
+static char *stage(int fd, int n, const char *source, int idmap, long uid, long gid) {
   struct stat st;
   char from[64], *to;
   if (fstat(fd, &st) < 0) die("cannot stat %s", source);
@@ -170,10 +202,81 @@ static char *stage(int fd, int n, const char *source) {
     if (file < 0) die("creating %s", to);
     close(file);
   }
+  if (idmap) {
+    stage_idmapped(fd, to, source, uid, gid);
+    close(fd);
+    return to;
+  }
   snprintf(from, sizeof from, "/proc/self/fd/%d", fd);
   if (mount(from, to, NULL, MS_BIND | MS_REC, NULL) < 0) die("cannot stage %s", source);
   close(fd);
   return to;
+}
+
+static void write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) die("cannot open %s", path);
+  ssize_t n = write(fd, text, strlen(text));
+  if (n != (ssize_t)strlen(text)) die("cannot write %s", path);
+  close(fd);
+}
+
+/* A user namespace whose only mapping is `from` (the files' owner on disk) → `to` (the sandbox's
+ * uid/gid): given to MOUNT_ATTR_IDMAP, files of `from` show as `to` through the mount, and files
+ * `to` creates are written as `from`. Made by a child that waits in it while its maps are written. */
+static int idmap_userns(uid_t from_uid, gid_t from_gid, long to_uid, long to_gid) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) < 0) die("pipe");
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) {
+    char byte;
+    if (unshare(CLONE_NEWUSER) < 0) _exit(1);
+    close(ready[1]);
+    /* Told to go (or orphaned) when the parent has what it needs. */
+    while (read(ready[0], &byte, 1) < 0 && errno == EINTR) {}
+    _exit(0);
+  }
+  close(ready[0]);
+  char path[64], map[96];
+  /* Wait until the child is in its own user namespace. */
+  char mine[64], theirs[64];
+  ssize_t a = readlink("/proc/self/ns/user", mine, sizeof mine - 1);
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
+  for (int tries = 0; tries < 2000; tries++) {
+    ssize_t b = readlink(path, theirs, sizeof theirs - 1);
+    if (a > 0 && b > 0 && (a != b || memcmp(mine, theirs, (size_t)a) != 0)) break;
+    usleep(500);
+  }
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)child);
+  snprintf(map, sizeof map, "%u %ld 1\n", (unsigned)from_uid, to_uid);
+  write_file(path, map);
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)child);
+  snprintf(map, sizeof map, "%u %ld 1\n", (unsigned)from_gid, to_gid);
+  write_file(path, map);
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("cannot open %s", path);
+  close(ready[1]);
+  int status;
+  waitpid(child, &status, 0);
+  return fd;
+}
+
+/* Mounts the host path open as `fd` at `to`, idmapped from its owner to UID/GID (see idmap_userns). */
+static void stage_idmapped(int fd, const char *to, const char *source, long uid, long gid) {
+  struct stat st;
+  if (fstat(fd, &st) < 0) die("cannot stat %s", source);
+  int tree = (int)syscall(SYS_open_tree, fd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+  if (tree < 0) die("cannot clone the mount of %s", source);
+  int userns = idmap_userns(st.st_uid, st.st_gid, uid, gid);
+  struct kt_mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (unsigned long long)userns };
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0) {
+    die("cannot map the owner of %s (uid %u) to the computer's uid: its filesystem has no idmapped mounts", source, (unsigned)st.st_uid);
+  }
+  close(userns);
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("cannot stage %s", source);
+  close(tree);
 }
 
 /* Every descriptor above 2 becomes close-on-exec (those the launcher hands on are made later). */
@@ -196,6 +299,11 @@ static void move_channel(void) {
   if (null < 0) die("open /dev/null");
   if (dup2(null, 0) < 0 || dup2(null, 1) < 0) die("dup2");
   close(null);
+}
+
+static int is_bind(const char *arg) {
+  return strcmp(arg, "--kt-bind") == 0 || strcmp(arg, "--kt-ro-bind") == 0 || strcmp(arg, "--kt-user-bind") == 0 ||
+    strcmp(arg, "--kt-user-ro-bind") == 0;
 }
 
 static int inner(int argc, char **argv) {
@@ -255,7 +363,7 @@ int main(int argc, char **argv) {
   if (fds == NULL) fail("out of memory");
   for (int j = first; j < end; j++) {
     fds[j] = -1;
-    if ((strcmp(argv[j], "--kt-bind") == 0 || strcmp(argv[j], "--kt-ro-bind") == 0) && j + 2 < end) {
+    if (is_bind(argv[j]) && j + 2 < end) {
       if (drop) {
         fds[j] = open(argv[j + 1], O_PATH | O_CLOEXEC);
         if (fds[j] < 0) die("cannot open %s", argv[j + 1]);
@@ -275,12 +383,13 @@ int main(int argc, char **argv) {
   int staged = 0;
   for (int j = first; j < end; j++) {
     const char *arg = argv[j];
-    int ro = strcmp(arg, "--kt-ro-bind") == 0;
-    if (ro || strcmp(arg, "--kt-bind") == 0) {
+    int ro = strcmp(arg, "--kt-ro-bind") == 0 || strcmp(arg, "--kt-user-ro-bind") == 0;
+    int user = strncmp(arg, "--kt-user-", 10) == 0;
+    if (is_bind(arg)) {
       if (j + 2 >= end) fail("%s takes SRC and DEST", arg);
       add(&options, ro ? "--ro-bind" : "--bind");
       if (drop) {
-        char *path = stage(fds[j], staged++, argv[j + 1]);
+        char *path = stage(fds[j], staged++, argv[j + 1], user, uid, gid);
         add(&options, path);
         free(path);
       } else {

@@ -110,7 +110,7 @@ void killset_free(struct killset *k);
 extern char *argv_area; extern size_t argv_area_len;
 
 /* ---- hardening (harden.c) ---- */
-extern int opt_drop_caps, opt_seccomp;
+extern int opt_drop_caps, opt_seccomp, opt_no_setid;
 /*
  * In the agent at start, before any process: drops capabilities, sets no_new_privs, installs the
  * seccomp filter; children inherit all of it. Returns NULL or why it failed (the agent must not

@@ -28,7 +28,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-int opt_drop_caps = 1, opt_seccomp = 1;
+int opt_drop_caps = 1, opt_seccomp = 1, opt_no_setid = 0;
 
 #if defined(__x86_64__)
 #define NATIVE_ARCH AUDIT_ARCH_X86_64
@@ -66,6 +66,12 @@ int opt_drop_caps = 1, opt_seccomp = 1;
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467
 #endif
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
+#endif
+#ifndef __NR_openat2
+#define __NR_openat2 437
+#endif
 #ifndef TIOCLINUX
 #define TIOCLINUX 0x541C
 #endif
@@ -83,7 +89,7 @@ static const int denied[] = {
 #endif
 };
 
-static struct sock_filter filter[128];
+static struct sock_filter filter[256];
 static unsigned short filter_len;
 
 static void emit(struct sock_filter insn) { filter[filter_len++] = insn; }
@@ -101,6 +107,11 @@ static void emit(struct sock_filter insn) { filter[filter_len++] = insn; }
  *   - unshare and clone with CLONE_NEWUSER: EPERM (no new user namespace, hence no capabilities in
  *     one); clone3: ENOSYS, whose flags live in memory BPF cannot read, so libc falls back to clone;
  *   - ioctl TIOCSTI and TIOCLINUX: EPERM (no typing into a terminal's input).
+ *   - with --no-setid-files (a host computer with the user's own directories mounted, idmapped so
+ *     that its files belong on disk to their owner, possibly root): a mode with the setuid or setgid
+ *     bit is refused (EPERM) in chmod, fchmod, fchmodat(2), open, openat, creat, mknod(at), and
+ *     openat2 and io_uring (whose modes BPF cannot read) are ENOSYS: no setuid binary of the
+ *     directory's owner can be made for someone on the host to run.
  * ptrace stays allowed: gdb and strace of the guest's own children work. Processes outside the guest
  * cannot be traced: the agent and the shepherds are non-dumpable (tracing them needs CAP_SYS_PTRACE,
  * which no guest holds), and everything else is outside the pid namespace.
@@ -129,6 +140,27 @@ static void build_filter(void) {
     JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 0, 1);
     RET_ERRNO(EPERM);
     STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  if (opt_no_setid) {
+    /* { syscall, index of its mode argument } */
+    static const int moded[][2] = {
+#if defined(__x86_64__)
+      { __NR_chmod, 1 }, { __NR_open, 2 }, { __NR_creat, 1 }, { __NR_mknod, 1 },
+#endif
+      { __NR_fchmod, 1 }, { __NR_fchmodat, 2 }, { __NR_fchmodat2, 2 }, { __NR_openat, 3 }, { __NR_mknodat, 2 },
+    };
+    for (size_t i = 0; i < sizeof moded / sizeof moded[0]; i++) {
+      JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)moded[i][0], 0, 4);
+      STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(moded[i][1]));
+      JUMP(BPF_JMP | BPF_JSET | BPF_K, 06000, 0, 1);
+      RET_ERRNO(EPERM);
+      STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    }
+    const int unreadable[] = { __NR_openat2, __NR_io_uring_setup };
+    for (int i = 0; i < 2; i++) {
+      JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)unreadable[i], 0, 1);
+      RET_ERRNO(ENOSYS);
+    }
   }
   /* ioctl's request is an unsigned int: the kernel ignores the upper half, so only the lower counts. */
   JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 5);

@@ -26,6 +26,7 @@ import { ComputerUnavailable, type ProviderError, providerError, Unsupported } f
 import type { Backend, Connection, Instance, SpawnSpec } from "../services/Backend.js"
 import type { ProcessRequest } from "../services/Computers.js"
 import { computerInfo } from "./ComputerInfo.js"
+import * as ExternalComputer from "./ExternalComputer.js"
 import * as Tracing from "../layers/tracing/Tracing.js"
 import type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
 import * as ComputerProcesses from "./ComputerProcesses.js"
@@ -250,16 +251,20 @@ export const make = (
 
     const unsupported = (feature: string) => new Unsupported({ backend: backend.name, feature })
 
-    const restart = backend.capabilities.restart ? step("restarting", "restarted", "restart", Effect.gen(function*() {
+    /** Adopted computers refuse restart, reset and delete before any process is touched. */
+    const unlessExternal = <A, E>(what: string, effect: Effect.Effect<A, E>) =>
+      Effect.zipRight(Effect.suspend(() => ExternalComputer.refuse(backend.name, instance, what)), effect)
+
+    const restart = backend.capabilities.restart ? unlessExternal("restart", step("restarting", "restarted", "restart", Effect.gen(function*() {
       setInstance(yield* backend.restart(instance!))
       yield* connect
-    })) : Effect.fail(unsupported("restarting a computer while keeping its files"))
+    }))) : Effect.fail(unsupported("restarting a computer while keeping its files"))
 
-    const factoryReset = backend.capabilities.factoryReset ? step("resetting", "factory reset", "reset", Effect.gen(function*() {
+    const factoryReset = backend.capabilities.factoryReset ? unlessExternal("factory reset", step("resetting", "factory reset", "reset", Effect.gen(function*() {
       yield* backend.remove(instance!)
       yield* create
       yield* connect
-    })) : Effect.fail(unsupported("factory reset"))
+    }))) : Effect.fail(unsupported("factory reset"))
 
     const recover = lifecycle.withPermits(1)(Effect.gen(function*() {
       if (state !== "lost") return
@@ -279,7 +284,7 @@ export const make = (
       Tracing.lifecycle("recover", spanned)
     ))
 
-    const destroy = lifecycle.withPermits(1)(Effect.gen(function*() {
+    const destroy = unlessExternal("delete", lifecycle.withPermits(1)(Effect.gen(function*() {
       if (state === "deleted") return
       state = "deleting"
       yield* processes.endAll(`${label()} deleted`)
@@ -293,7 +298,7 @@ export const make = (
         why = "delete failed"
       })),
       Tracing.lifecycle("delete", spanned)
-    ))
+    )))
 
     const liveProcesses = processes.running
 

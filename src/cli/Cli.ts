@@ -91,7 +91,7 @@ const run = (argv: ReadonlyArray<string>, width: number) =>
     const values = resolved.values
     const choice = yield* chooseBackend(values)
     if (parsed.action === "print-config") return { exitCode: 0, stdout: printConfig(resolved, choice) }
-    const settings: SettingsShape = { ...yield* toSettings(values), backend: choice.backend }
+    const settings: SettingsShape = { ...yield* toSettings(values, resolved.sources), backend: choice.backend }
     const warnings = yield* startupChecks(resolved, choice, settings)
     if (values.logLevel !== "error" && values.logLevel !== "none") {
       for (const warning of warnings) yield* Console.error(`kilntainers: warning: ${warning}`)

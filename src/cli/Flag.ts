@@ -18,6 +18,7 @@ export const groups = [
   "http options",
   "tracing options",
   "egress options",
+  "filesystem options",
   "docker backend options",
   "host backend options",
   "fly backend options",

@@ -8,6 +8,7 @@ import { e2bFlags, flyFlags, modalFlags } from "./flags/CloudFlags.js"
 import { dockerFlags, hostFlags } from "./flags/ContainerFlags.js"
 import { coreFlags, httpFlags } from "./flags/CoreFlags.js"
 import { egressFlags } from "./flags/EgressFlags.js"
+import { mountFlags } from "./flags/MountFlags.js"
 import { processFlags } from "./flags/ProcessFlags.js"
 import { tracingFlags } from "./flags/TracingFlags.js"
 import { wasmFlags } from "./flags/WasmFlags.js"
@@ -17,6 +18,7 @@ export const flagTable = {
   ...httpFlags,
   ...tracingFlags,
   ...egressFlags,
+  ...mountFlags,
   ...dockerFlags,
   ...hostFlags,
   ...flyFlags,

@@ -16,6 +16,7 @@ import type { BackendChoice } from "./BackendChoice.js"
 import { ConfigRefused } from "./CliError.js"
 import { egressChecks } from "./EgressChecks.js"
 import { allFlags } from "./FlagTable.js"
+import { mountChecks } from "./MountChecks.js"
 import type { ResolvedFlags } from "./ResolvedFlags.js"
 import type { SettingsShape } from "../services/Settings.js"
 
@@ -194,5 +195,6 @@ export const startupChecks = (resolved: ResolvedFlags, choice: BackendChoice, se
     yield* checkShell(values.shell, choice, values.unsafeNoSandbox)
     yield* checkStateDir(settings.stateDir, choice)
     const egressWarnings = yield* egressChecks(resolved, choice, settings)
-    return [...ignoredFlags(resolved, choice), ...egressWarnings]
+    const mountWarnings = yield* mountChecks(values, choice, settings)
+    return [...ignoredFlags(resolved, choice), ...egressWarnings, ...mountWarnings]
   })

@@ -11,7 +11,8 @@ import { parseSize } from "../layers/backends/wasm/Quota.js"
 import { maxMessageBytes } from "../layers/mcp/Limits.js"
 import * as EgressPolicy from "../layers/egress/EgressPolicy.js"
 import { ConfigRefused } from "./CliError.js"
-import type { FlagValues } from "./FlagTable.js"
+import type { FlagValues, Source } from "./FlagTable.js"
+import { filesystemPolicy } from "./MountChecks.js"
 
 /** `$XDG_STATE_HOME/kilntainers`, else `~/.local/state/kilntainers`. */
 export const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
@@ -53,7 +54,17 @@ const egressHeaders = (rules: ReadonlyArray<string>) =>
       return { rule, value: value.value } satisfies EgressHeaderSetting
     }))
 
-export const toSettings = (values: FlagValues) =>
+/**
+ * process-mcp's DOCKER_CONTAINER names the container it creates unless DOCKER_USE_EXISTING=true:
+ * only then is it a container to adopt. `--docker-container` (or KILNTAINERS_DOCKER_CONTAINER) always is.
+ */
+const adoptedContainer = (values: FlagValues, sources: { readonly dockerContainer?: Source } | undefined) => {
+  const source = sources?.dockerContainer
+  if (source?._tag === "Variable" && source.name === "DOCKER_CONTAINER" && !values.dockerUseExisting) return undefined
+  return values.dockerContainer
+}
+
+export const toSettings = (values: FlagValues, sources?: { readonly dockerContainer?: Source }) =>
   Effect.gen(function*() {
     const stateDir = values.stateDir ?? (yield* Effect.orDie(defaultStateDir))
     const settings: SettingsShape = {
@@ -143,7 +154,10 @@ export const toSettings = (values: FlagValues) =>
         path: values.auditLog,
         maxBytes: parseSize(values.auditLogMaxSize) ?? defaultSettings.auditLog.maxBytes,
         keep: values.auditLogKeep
-      }
+      },
+      filesystem: filesystemPolicy(values),
+      workdir: values.workdir,
+      dockerContainer: adoptedContainer(values, sources)
     }
     return settings
   })

@@ -32,7 +32,9 @@ export const ComputerMetadata = Schema.Struct({
   /** One per create call: finds a computer whose create answer was lost. */
   nonce: Schema.optional(Schema.String),
   /** A computer prepared ahead in a warm pool, not yet handed out. */
-  pooled: Schema.optional(Schema.Boolean)
+  pooled: Schema.optional(Schema.Boolean),
+  /** Not created by kilntainers (an adopted container): never restarted, reset or removed. Never a label. */
+  external: Schema.optional(Schema.Boolean)
 })
 export type ComputerMetadata = typeof ComputerMetadata.Type
 

@@ -32,7 +32,8 @@ const hostLayer = (settings: SettingsShape) =>
       network: settings.network,
       sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
       bwrap: settings.bwrapPath,
-      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu }
+      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu },
+      filesystem: settings.filesystem
     }))
 
 const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
@@ -46,7 +47,9 @@ const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
       pidsLimit: settings.pidsLimit,
       network: settings.network,
       runFlags: settings.dockerRunFlags,
-      onPullProgress: log
+      onPullProgress: log,
+      filesystem: settings.filesystem,
+      adoptContainer: settings.dockerContainer
     }))
 
 const flyLayer = (settings: SettingsShape) => {

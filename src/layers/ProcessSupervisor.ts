@@ -91,8 +91,11 @@ export const layer = Layer.scoped(
         return Effect.succeed(entry.process)
       })
 
-    const resolveCwd = (computer: ComputerHandle, cwd: string | undefined) =>
-      cwd === undefined || cwd === "" ? computer.home : cwd.startsWith("/") ? cwd : `${computer.home}/${cwd}`
+    /** The call's cwd; absent: --workdir, else the computer's home; relative: against that. */
+    const resolveCwd = (computer: ComputerHandle, cwd: string | undefined) => {
+      const base = settings.workdir ?? computer.home
+      return cwd === undefined || cwd === "" ? base : cwd.startsWith("/") ? cwd : `${base}/${cwd}`
+    }
 
     const start = (
       computer: ComputerHandle,

@@ -1,5 +1,6 @@
 import * as Context from "effect/Context"
 import type * as Redacted from "effect/Redacted"
+import { emptyPolicy, type FilesystemPolicy } from "../domain/Mounts.js"
 
 /** Fly Machines backend settings (--fly-*). */
 export interface FlySettings {
@@ -160,6 +161,12 @@ export interface SettingsShape {
   readonly otel: OtelSettings
   readonly egress: EgressSettings
   readonly auditLog: AuditLogSettings
+  /** The user's own files in host and Docker computers (--mount, --deny-read, --allow-write, --deny-write). */
+  readonly filesystem: FilesystemPolicy
+  /** Default working directory of processes inside computers; undefined: the computer's home. */
+  readonly workdir: string | undefined
+  /** Docker: an existing container (not ours) adopted as a permanent computer, never removed. */
+  readonly dockerContainer: string | undefined
 }
 
 export const defaultSettings: SettingsShape = {
@@ -245,7 +252,10 @@ export const defaultSettings: SettingsShape = {
     maxConnections: 64,
     idleTimeoutMs: 300_000
   },
-  auditLog: { path: undefined, maxBytes: 16 * 1024 * 1024, keep: 3 }
+  auditLog: { path: undefined, maxBytes: 16 * 1024 * 1024, keep: 3 },
+  filesystem: emptyPolicy,
+  workdir: undefined,
+  dockerContainer: undefined
 }
 
 /** The server's settings, provided once at the composition root. */

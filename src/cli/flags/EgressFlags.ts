@@ -15,8 +15,7 @@ export const egressFlags = {
     alsoFrom: ["KILNTAINERS_ALLOW_HOSTS", "SANDBOX_ALLOWED_DOMAINS"],
     backends: ["host", "docker"],
     each: (item) => problem(HostPattern.parse(item)),
-    help: "Computers reach only these hosts, via the server's proxy: example.com, *.example.com, :PORT, * (all); " +
-      "repeatable, or a comma list"
+    help: "Reach only these hosts, via our proxy: x.com, *.x.com, :PORT, *"
   }),
   egressResolve: Flag.list("egress-resolve", {
     group: "egress options",
@@ -31,8 +30,7 @@ export const egressFlags = {
     metavar: "RULE",
     backends: ["host", "docker"],
     each: (item) => problem(EgressPolicy.parseHeaderRule(item)),
-    help: "PATTERN:HEADER=ENV_VAR: requests to PATTERN get HEADER set to the server's $ENV_VAR, never seen in a " +
-      "computer; repeatable"
+    help: "PATTERN:HEADER=ENV_VAR: the proxy sets HEADER to $ENV_VAR"
   }),
   egressCaFile: Flag.list("egress-ca-file", {
     group: "egress options",

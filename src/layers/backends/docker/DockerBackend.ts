@@ -17,15 +17,18 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
 import type * as Relay from "../agent/Relay.js"
+import * as AdoptedContainer from "./AdoptedContainer.js"
 import { asProviderError } from "./DockerAgent.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
+import * as DockerMounts from "./DockerMounts.js"
 import { parseRunFlags, parseSize } from "./DockerRunFlags.js"
 
 export { connectionOptions, ping } from "./DockerEngine.js"
@@ -48,6 +51,10 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly onPullProgress?: ((line: string) => void) | undefined
   /** A relay port inside each container whose connections the server serves (the egress proxy). */
   readonly relay?: Relay.RelaySettings | undefined
+  /** The user's own files in every container (--mount, --deny-read, --deny-write; DockerMounts.ts). */
+  readonly filesystem?: FilesystemPolicy | undefined
+  /** An existing container (not ours) adopted as a permanent computer (AdoptedContainer.ts). */
+  readonly adoptContainer?: string | undefined
 }
 
 export const DEFAULT_IMAGE = "debian:bookworm-slim"
@@ -81,7 +88,8 @@ const containerSettings = (options: DockerBackendOptions): Either.Either<DockerC
     cpu,
     pidsLimit: options.pidsLimit,
     network: options.network,
-    onPullProgress: options.onPullProgress
+    onPullProgress: options.onPullProgress,
+    mounts: options.filesystem === undefined ? undefined : DockerMounts.containerMounts(options.filesystem)
   })
 }
 
@@ -102,7 +110,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       ),
       Effect.option
     )
-    return Backend.of({
+    const backend = Backend.of({
       name: engine.name,
       capabilities,
       labelStyle: "dotted",
@@ -115,6 +123,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       remove: containers.remove,
       adopt: containers.adopt
     })
+    return options.adoptContainer === undefined ? backend : yield* AdoptedContainer.wrap(backend, engine, options.adoptContainer)
   })
 
 /** The Docker backend as a Layer. */

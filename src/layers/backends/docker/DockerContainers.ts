@@ -38,6 +38,7 @@ import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, InstanceState, Query } from "../../../services/Backend.js"
 import { type Engine, hasStatus } from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
+import type { ContainerMounts } from "./DockerMounts.js"
 import { normalizeCapability, type RunFlagSettings } from "./DockerRunFlags.js"
 
 export const HOME = "/home/agent"
@@ -77,6 +78,8 @@ export interface ContainerSettings {
   readonly network: boolean
   /** Image pull progress, one line at a time. */
   readonly onPullProgress?: ((line: string) => void) | undefined
+  /** The user's own files (--mount, --deny-read, --deny-write; DockerMounts.ts). */
+  readonly mounts?: ContainerMounts | undefined
 }
 
 /** Whether `--user` names someone other than root (`0`, `root`, with or without a group). */
@@ -91,6 +94,8 @@ const createBody = (settings: ContainerSettings, metadata: ComputerMetadata, ini
   const capAdd = [...new Set([...defaults, ...flags.capAdd])].filter(
     (cap) => !flags.capDrop.map(normalizeCapability).includes(cap)
   )
+  const binds = [...flags.binds, ...(settings.mounts?.binds ?? [])]
+  const tmpfs = { ...flags.tmpfs, ...settings.mounts?.tmpfs }
   return {
     name: containerName(metadata.id),
     Image: metadata.image,
@@ -111,8 +116,8 @@ const createBody = (settings: ContainerSettings, metadata: ComputerMetadata, ini
       MemorySwap: settings.memory,
       NanoCpus: Math.round(settings.cpu * 1e9),
       ReadonlyRootfs: flags.readOnly,
-      ...(flags.binds.length > 0 ? { Binds: [...flags.binds] } : {}),
-      ...(Object.keys(flags.tmpfs).length > 0 ? { Tmpfs: { ...flags.tmpfs } } : {}),
+      ...(binds.length > 0 ? { Binds: binds } : {}),
+      ...(Object.keys(tmpfs).length > 0 ? { Tmpfs: tmpfs } : {}),
       ...(flags.shmSize === undefined ? {} : { ShmSize: flags.shmSize }),
       ...(flags.ulimits.length > 0 ? { Ulimits: flags.ulimits.map((u) => ({ ...u })) } : {}),
       ...(flags.extraHosts.length > 0 ? { ExtraHosts: [...flags.extraHosts] } : {}),

@@ -34,6 +34,8 @@
  *                    the sandbox's own namespaces (ipc, mqueue, ns_last_pid, pid_max on 6.14+)
  *   /dev             a minimal /dev (read-only) with its own devpts and a /dev/shm tmpfs
  *   /tmp /var/tmp    private tmpfs, each at most --memory bytes
+ *   --mount targets the user's own directories (HostMounts.ts: idmapped to the computer's uid when
+ *                    the server is root), --deny-read paths masked, --deny-write ones read-only
  *   /run/kt-agent    the agent (a copy in the sandbox's own tmpfs); /run/kt-sandbox the launcher
  *   nothing else: no /root, /home/*, /var, /srv, /mnt, /media, /sys, no host /run; the root itself
  *   is read-only
@@ -57,6 +59,7 @@ import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import { join, resolve } from "node:path"
 import type { ProviderError } from "../../../domain/Errors.js"
+import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { Backend, type Capabilities, type Connection, type Instance, capabilitiesWithout } from "../../../services/Backend.js"
 import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
 import * as AgentLauncher from "../agent/AgentLauncher.js"
@@ -80,6 +83,8 @@ export interface HostBackendOptions {
   readonly limits?: Cgroups.HostLimits | undefined
   /** A relay port inside each computer whose connections the server serves (the egress proxy). */
   readonly relay?: Relay.RelaySettings | undefined
+  /** The user's own files in every computer (--mount, --deny-read, --deny-write; HostMounts.ts). */
+  readonly filesystem?: FilesystemPolicy | undefined
 }
 
 const NAME = "host"
@@ -104,7 +109,8 @@ export const make = (options: HostBackendOptions) =>
         limits,
         agent: binaries.agent,
         owner,
-        ownerAlive: (other) => ownerAlive(other.pid, other.startTime)
+        ownerAlive: (other) => ownerAlive(other.pid, other.startTime),
+        filesystem: options.filesystem
       })
       : undefined
     if (!sandboxed) yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")

@@ -14,6 +14,8 @@ import { locateHelper } from "../agent/NativeBinaries.js"
 import * as Cgroups from "./Cgroups.js"
 import * as GuestUser from "./GuestUser.js"
 import type { HostIds } from "./GuestUser.js"
+import * as HostMounts from "./HostMounts.js"
+import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { bwrapFeatures, checkBwrap, findBwrap, sandboxArgs, type SandboxLayout, sealArgs } from "./Sandbox.js"
 
 const NAME = "host"
@@ -36,10 +38,31 @@ export const locate: Effect.Effect<string, ProviderError> = locateHelper(NAME, "
 export interface Bind {
   readonly source: string
   readonly dest: string
-  readonly mode: "read-write" | "read-only" | "copy"
+  /**
+   * "user-*": the user's own files (--mount), idmapped to the computer's uid when the server is
+   * root (HostMounts.ts); "mask-*": `dest` hidden (no source).
+   */
+  readonly mode: "read-write" | "read-only" | "copy" | "user-read-write" | "user-read-only" | "mask-directory" | "mask-file"
 }
 
-const bindOption = { "read-write": "--kt-bind", "read-only": "--kt-ro-bind", copy: "--kt-exec" } as const
+const bindOption = {
+  "read-write": "--kt-bind",
+  "read-only": "--kt-ro-bind",
+  copy: "--kt-exec",
+  "user-read-write": "--kt-user-bind",
+  "user-read-only": "--kt-user-ro-bind"
+} as const
+
+const bindArgs = (bind: Bind): Array<string> => {
+  switch (bind.mode) {
+    case "mask-directory":
+      return ["--tmpfs", bind.dest, "--remount-ro", bind.dest]
+    case "mask-file":
+      return ["--ro-bind", "/dev/null", bind.dest]
+    default:
+      return [bindOption[bind.mode], bind.source, bind.dest]
+  }
+}
 
 export interface LaunchSpec {
   readonly launcher: string
@@ -64,7 +87,7 @@ export const launchArgs = (spec: LaunchSpec): Array<string> => [
   "--",
   spec.bwrap,
   ...sandboxArgs(spec.layout),
-  ...spec.binds.flatMap((bind) => [bindOption[bind.mode], bind.source, bind.dest]),
+  ...spec.binds.flatMap(bindArgs),
   "--kt-exec", spec.launcher, SANDBOX_LAUNCHER,
   ...sealArgs(),
   "--chdir", spec.cwd,
@@ -88,6 +111,8 @@ export interface LauncherOptions {
   /** This server, and how to tell whether another server is alive (stale cgroups). */
   readonly owner: Owner
   readonly ownerAlive: (owner: Owner) => boolean
+  /** The user's own files in every computer (--mount, --deny-read, --deny-write). */
+  readonly filesystem?: FilesystemPolicy | undefined
 }
 
 /** A computer about to start: its workspace on the host, its identity, the agent's extra options. */
@@ -148,6 +173,10 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
       yield* Effect.logWarning("host backend: this bubblewrap has no --disable-userns (0.8+): processes may create nested user namespaces")
     }
 
+    const filesystem = options.filesystem
+    const userBinds = filesystem === undefined ? [] : HostMounts.binds(filesystem)
+    const setidArgs = filesystem !== undefined && HostMounts.writable(filesystem) ? ["--no-setid-files"] : []
+
     const cgroups = yield* Cgroups.plan
     yield* Cgroups.reapStale(cgroups, options.ownerAlive)
     const said = Cgroups.describe(cgroups, options.limits, nproc !== undefined)
@@ -175,12 +204,13 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
               cgroups: dirs,
               binds: [
                 { source: computer.home, dest: SANDBOX_HOME, mode: "read-write" },
-                { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" }
+                { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" },
+                ...userBinds
               ],
               nproc,
               cwd: SANDBOX_HOME,
               // Guests lose every capability and get the agent's seccomp filter.
-              command: [SANDBOX_AGENT, "--caps", "drop", ...computer.agentArgs]
+              command: [SANDBOX_AGENT, "--caps", "drop", ...setidArgs, ...computer.agentArgs]
             })
           }
         })
