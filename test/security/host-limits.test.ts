@@ -172,7 +172,10 @@ describeIf(requirementsMet, requirements)("host sandbox: per-computer limits", (
         mkdirSync(stale)
         try {
           const next = await startHostServer("root")
+          // The backend (and its sweep of dead servers' cgroups) is ready once a call needing it answers.
+          const listed = await next.call("computer_list", {})
           await next.close()
+          assert.isFalse(listed.isError, listed.text)
           assert.isFalse(existsSync(stale), "the dead server's cgroup is still there")
         } finally {
           if (existsSync(stale)) rmdirSync(stale)

@@ -63,11 +63,12 @@ describe("NativeChecksums", () => {
       writeHelpers(root, "prebuilt", "linux-x64", "linux-x64", { "kt-agent": "shipped" })
       writeFileSync(join(root, "native", "build", "kt-agent"), "built here, then changed")
       const error = yield* Effect.flip(NativeChecksums.find("host", root, "kt-agent", "linux-x64"))
-      assert.strictEqual(error._tag, "BackendError")
-      assert.include(error.reason, `refusing to run ${join(root, "native", "build", "kt-agent")}`)
-      assert.include(error.reason, sha256("built here, then changed"))
-      assert.include(error.reason, sha256("built here"))
-      assert.include(error.reason, "reinstall kilntainers")
+      assert.strictEqual(error._tag, "ProviderError")
+      assert.strictEqual(error.reason, "Invalid")
+      assert.include(error.detail, `refusing to run ${join(root, "native", "build", "kt-agent")}`)
+      assert.include(error.detail, sha256("built here, then changed"))
+      assert.include(error.detail, sha256("built here"))
+      assert.include(error.detail, "reinstall kilntainers")
     }))
 
   it.effect("refuses a helper the manifest lists but that is gone", () =>
@@ -76,7 +77,7 @@ describe("NativeChecksums", () => {
       writeHelpers(root, "prebuilt", "linux-x64", "linux-x64", { "kt-agent": "a", "kt-sandbox": "s" })
       rmSync(join(root, "prebuilt", "linux-x64", "kt-sandbox"))
       const error = yield* Effect.flip(NativeChecksums.find("host", root, "kt-sandbox", "linux-x64"))
-      assert.include(error.reason, "prebuilt/linux-x64/kt-sandbox is missing")
+      assert.include(error.detail, "prebuilt/linux-x64/kt-sandbox is missing")
       // Its sibling is still fine.
       const agent = yield* NativeChecksums.find("host", root, "kt-agent", "linux-x64")
       assert.strictEqual(agent._tag, "Verified")
@@ -101,7 +102,7 @@ describe("NativeChecksums", () => {
       mkdirSync(join(root, "prebuilt"))
       writeFileSync(join(root, "prebuilt", "manifest.json"), JSON.stringify({ schema: 1, platforms: { "linux-x64": { dir: ".", files: { "kt-agent": { sha256: "not hex", bytes: 1 } } } } }))
       const error = yield* Effect.flip(NativeChecksums.find("host", root, "kt-agent", "linux-x64"))
-      assert.include(error.reason, "is not a manifest of the native helpers")
+      assert.include(error.detail, "is not a manifest of the native helpers")
     }))
 
   it("names the platform as Node does, and a container engine's as its helpers need", () => {
