@@ -60,7 +60,7 @@ export const startOurs = async (options = {}) => {
   const state = mkdtempSync(join(tmpdir(), "kt-agent-tasks-"))
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [join(repo, "dist/bin/kilntainers.mjs"), "--backend", "host", "--state-dir", state, ...(options.args ?? [])],
+    args: [options.bin ?? join(repo, "dist/bin/kilntainers.mjs"), "--backend", "host", "--state-dir", state, ...(options.args ?? [])],
     env: { PATH: process.env.PATH ?? basePath, HOME: state },
     stderr: "ignore"
   })
