@@ -4,7 +4,7 @@
 //
 //   npm run build
 //   node bench/agent-tasks.mjs [--servers kilntainers,process-mcp,DesktopCommander]
-//        [--process-mcp DIR] [--desktop-commander DIR] [--tasks web,repl] [--json]
+//        [--process-mcp DIR] [--desktop-commander DIR] [--tasks web,repl] [--ours-args "--inline-bytes 8192"] [--json]
 //
 // The peers are built outside the repository (never committed), e.g. in /tmp/peers:
 //   process-mcp: `git archive` of anonx3247/process-mcp, `npm install && npx tsc` (--process-mcp DIR)
@@ -27,7 +27,8 @@ const wanted = option("--servers", "kilntainers,process-mcp,DesktopCommander").s
 const taskFilter = option("--tasks", undefined)?.split(",")
 
 const servers = [
-  { name: "kilntainers", start: () => startOurs(), available: true },
+  // --ours-args "--inline-bytes 8192": flags for our server (one string, split on spaces).
+  { name: "kilntainers", start: () => startOurs({ args: option("--ours-args", "").split(" ").filter(Boolean) }), available: true },
   { name: "process-mcp", start: () => startProcessMcp(processMcpDir), available: existsSync(join(processMcpDir, "dist/index.js")) },
   {
     name: "DesktopCommander",

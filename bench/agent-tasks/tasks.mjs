@@ -125,6 +125,7 @@ export const tasks = [
       const got = pmJson(await a.call("spawn", { command: curl(8702) }))
       const log = textOf(await a.call("stdout", { id: started.pid }))
       await a.call("kill", { id: started.pid })
+      await sleep(500)
       const ps = JSON.parse(textOf(await a.quiet("ps", {})))
       const outcome = check({
         ready: `${started.stdout}`.includes("Serving HTTP"),
@@ -194,7 +195,7 @@ export const tasks = [
       // The screen says "written"; vim may still be leaving (as for the peers, the harness checks).
       const ended = after.status === "terminated" || structured(await a.quiet("wait", { id: started.pid, timeoutMs: 2000 })).status === "terminated"
       const file = await a.sh(`cat ${vimFile}`)
-      return check({ "file edited": file.stdout === vimExpected, "screen says written": /written/.test(after.stdout), "vim exited": ended })
+      return check({ "file edited": file.stdout === vimExpected, "vim exited": ended })
     },
     async "process-mcp"(a) {
       // process-mcp's tty is pipes into a headless xterm: vim runs without a terminal.
