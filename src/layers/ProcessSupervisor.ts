@@ -45,6 +45,9 @@ interface Entry {
 
 export { maxExecStdinBytes } from "./processes/Exec.js"
 
+/** Why a process the kill tool signalled ended. */
+const killReason = (signal: string) => `killed with ${signal} (kill tool)`
+
 export const layer = Layer.scoped(
   Processes,
   Effect.gen(function*() {
@@ -56,6 +59,15 @@ export const layer = Layer.scoped(
     const finished: Array<string> = []
     /** Incarnations whose end is watched: a deleted computer's processes leave every listing. */
     const watched = new Set<number>()
+    /** The default computer each session was last told of (spawn names it once, not in every result); bounded. */
+    const toldComputer = new Map<string, string>()
+    const newsOfComputer = (session: string, named: string | undefined, id: string): { computer_id?: string } => {
+      if (named !== undefined || toldComputer.get(session) === id) return {}
+      toldComputer.delete(session)
+      toldComputer.set(session, id)
+      if (toldComputer.size > 10_000) toldComputer.delete(toldComputer.keys().next().value!)
+      return { computer_id: id }
+    }
     let counter = 0
 
     const onExit = (process: ProcessHandle) =>
@@ -169,7 +181,6 @@ export const layer = Layer.scoped(
         if (input.tty && !backend.capabilities.pty) {
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
         }
-        const began = yield* Clock.currentTimeMillis
         const computer = yield* computers.resolve(session, input)
         const process = yield* start(computer, {
           command: input.command,
@@ -197,7 +208,6 @@ export const layer = Layer.scoped(
         }
         const info = yield* process.info
         const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: budgetOf(input.maxBytes) })
-        const now = yield* Clock.currentTimeMillis
         const notes = [
           note === undefined || info.status !== "running" || match !== undefined ? undefined : note,
           yield* computer.warning
@@ -205,8 +215,7 @@ export const layer = Layer.scoped(
         return {
           ...stateOf(info),
           ...withoutRunning(output),
-          computer_id: computer.id,
-          durationMs: now - began,
+          ...newsOfComputer(session, input.computer_id, computer.id),
           ...(match === undefined ? {} : { match }),
           ...(notes.length === 0 ? {} : { note: notes.join("; ") })
         }
@@ -314,12 +323,15 @@ export const layer = Layer.scoped(
         }
         const status = yield* process.status
         if (status !== "running") return yield* new ProcessExited({ id: input.id, status })
-        yield* process.signal(name.right, `killed with ${name.right} (kill tool)`)
+        yield* process.signal(name.right, killReason(name.right))
         // Report what happened: most processes end within moments of the signal.
         yield* process.exited.pipe(Effect.timeout(Duration.seconds(2)), Effect.ignore)
         const info = yield* process.info
+        const { reason, ...state } = stateOf(info)
         return {
-          ...stateOf(info),
+          ...state,
+          // Ended by this very signal: the reason would only repeat it.
+          ...(reason === undefined || reason === killReason(name.right) ? {} : { reason }),
           sent: name.right,
           ...(info.descendantsKilled === undefined ? {} : { descendantsKilled: info.descendantsKilled }),
           message: info.status === "running"

@@ -98,8 +98,8 @@ export interface ProcessState {
 }
 
 export interface SpawnResult extends ProcessState, OutputFields {
-  readonly computer_id: string
-  readonly durationMs: number
+  /** The computer, when the call did not name it and this session has not been told yet (its default). */
+  readonly computer_id?: string | undefined
   /** What the ready pattern matched. */
   readonly match?: string | undefined
   /** Something the agent should know about this call (a capped wait, a computer ending soon). */

@@ -235,12 +235,14 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         const backend = yield* Backend
         const declared = backend.capabilities
         const running = yield* processes.spawn("u", { command: "sleep 60", background: true })
+        // The session's first spawn names its default computer.
+        const computerId = running.computer_id!
         const refusals: Array<readonly [keyof Capabilities, Effect.Effect<unknown, { readonly _tag: string }>]> = [
           ["pty", processes.spawn("u", { command: "true", tty: true })],
           ["stdin", processes.stdin("u", { id: running.pid, input: "x" })],
           ["signals", processes.kill("u", { id: running.pid, signal: "SIGUSR1" })],
-          ["restart", computers.restart("u", running.computer_id)],
-          ["factoryReset", computers.factoryReset("u", running.computer_id)],
+          ["restart", computers.restart("u", computerId)],
+          ["factoryReset", computers.factoryReset("u", computerId)],
           ["files", files.read("u", { path: "/etc/hostname" })],
           ["persistence", computers.create("u", { computer_id: "conf-no-persist", temporary: false })]
         ]

@@ -109,6 +109,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
     const screen = await server.call("stdout", { id })
     assert.isDefined(screen.structured.screen)
     assert.match(screen.structured.stdout, /True 42/)
+    assert.notProperty(screen.structured, "next", "a TTY's stdout is its screen: no byte cursors")
     await server.call("stdin", { id, input: "", eof: true })
     const done = await server.call("wait", { id, timeoutMs: 10_000 })
     assert.strictEqual(done.structured.outcome, "exited")

@@ -52,7 +52,7 @@ const Cursors = Schema.Struct({
 const Output = {
   stdout: Text("stdout (a TTY: its rendered screen); bytes left out are marked [… N bytes omitted …]"),
   stderr: Text("stderr"),
-  next: Schema.optional(described(Cursors, "Cursors to read what follows (present while it runs or when output was cut)")),
+  next: Schema.optional(described(Cursors, "Cursors to read what follows (present while it runs or when output was cut; not for a TTY, whose stdout is its screen)")),
   omitted: Schema.optional(described(
     Schema.Struct({ stdout: Schema.optional(Schema.Number), stderr: Schema.optional(Schema.Number) }),
     "Bytes left out of this result, per stream"
@@ -118,8 +118,7 @@ export const make = (settings: SettingsShape) => [
     output: Schema.Struct({
       ...State,
       ...Output,
-      computer_id: Text("The computer it runs on"),
-      durationMs: described(Schema.Number, "How long this call took"),
+      computer_id: Schema.optional(Text("The computer it runs on: the session's default, named once (ps lists every process's computer)")),
       match: Schema.optional(Text("What `pattern` matched")),
       note: Note
     }),

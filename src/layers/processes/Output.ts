@@ -51,7 +51,8 @@ export const outputFields = (process: ProcessHandle, spec: ReadSpec): Effect.Eff
       running,
       stdout: screen?.text ?? view.stdout.text,
       stderr: view.stderr.text,
-      ...(running || cut ? { next: { stdout: view.stdout.next, stderr: view.stderr.next } } : {}),
+      // A TTY's stdout is its screen: byte cursors do not read it.
+      ...(screen === undefined && (running || cut) ? { next: { stdout: view.stdout.next, stderr: view.stderr.next } } : {}),
       ...(cut
         ? { omitted: { ...(omittedOut > 0 ? { stdout: omittedOut } : {}), ...(omittedErr > 0 ? { stderr: omittedErr } : {}) } }
         : {}),
