@@ -166,9 +166,7 @@ export const make = (config: ProviderConfig) => {
   const create = (metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
     Effect.gen(function*() {
       const name = sandboxName(metadata.id)
-      // Counted from the creation the metadata records (a few ms before Modal's own): never late.
-      const recorded = Date.parse(metadata.created)
-      const endsAt = (Number.isNaN(recorded) ? yield* Clock.currentTimeMillis : recorded) + config.sandboxTimeoutSec * 1000
+      const endsAt = (yield* Clock.currentTimeMillis) + config.sandboxTimeoutSec * 1000
       const operation = `create the sandbox ${name} from ${metadata.image}`
       const sandbox = yield* call(operation, gateway.create({
         appName: config.appName,
