@@ -253,6 +253,8 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
       assert.isTrue(refused.isError)
       assert.match(refused.text, /the host backend could not start: .*(bubblewrap|bwrap)/)
       assert.match(refused.text, /--unsafe-no-sandbox/)
+      // The log line may reach stderr just after the refusal reaches stdout.
+      for (let i = 0; i < 50 && !/the backend cannot start/.test(broken.stderr()); i++) await new Promise((resolve) => setTimeout(resolve, 100))
       assert.match(broken.stderr(), /the backend cannot start/)
     } finally {
       await broken.client.close()
