@@ -163,6 +163,7 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     adopt: options.noAdopt ? undefined : (instance, metadata) =>
       Effect.gen(function*() {
         calls.push(`adopt ${instance.metadata.id} as ${metadata.id}`)
+        yield* failIfAsked("adopt")
         const computer = yield* live(instance)
         computer.instance = { ...computer.instance, metadata: { ...metadata, pooled: true } }
         return computer.instance
@@ -200,7 +201,7 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     byId,
     plant,
     /** The next call of this operation fails with a provider error. */
-    failNext: (operation: "create" | "connect" | "restart" | "remove" | "renew", detail: string) =>
+    failNext: (operation: "create" | "connect" | "restart" | "remove" | "renew" | "adopt", detail: string) =>
       Effect.sync(() => void failNext.set(operation, detail)),
     openCreate: Deferred.succeed(createGate, undefined),
     /** Holds every call of the operation until the answer is run (it opens the gate for good). */
