@@ -3,6 +3,7 @@
  * belongs to its computer, never to the request that started it), the live ones by id, and the few
  * that ended lately (a loss noticed moments after their end explains it).
  */
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -10,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberMap from "effect/FiberMap"
 import type * as Scope from "effect/Scope"
-import type { ProviderError, SpawnFailed } from "../domain/Errors.js"
+import { type ProviderError, SpawnFailed } from "../domain/Errors.js"
 import type { Connection } from "../services/Backend.js"
 import type { ProcessRequest } from "../services/Computers.js"
 import type { ProcessHandle } from "../services/Processes.js"
@@ -114,10 +115,16 @@ export const make = (options: {
           yield* Tracing.processEnded(yield* actor.info, yield* actor.totals)
           return actor
         }).pipe(Tracing.process({ id: request.id, computerId, backend: options.backend, command: request.command, spec: request.spec }, () => stopping))
+        // Stopped before it started (a restart, delete or loss while the provider was spawning it):
+        // the caller learns why, rather than inheriting the interruption.
+        const notStarted = (cause: Cause.Cause<SpawnFailed | ProviderError>) =>
+          Cause.isInterruptedOnly(cause)
+            ? Cause.fail(new SpawnFailed({ command: request.command, reason: `${stopping ?? `computer ${computerId} stopped`} before it started` }))
+            : cause
         const lifetime = Effect.flatMap(untilExit, (actor) => actor.closed).pipe(
           Effect.scoped,
           Effect.onExit((exit) =>
-            Effect.zipRight(forget(request.id), Exit.isFailure(exit) ? Deferred.failCause(started, exit.cause) : Effect.void)
+            Effect.zipRight(forget(request.id), Exit.isFailure(exit) ? Deferred.failCause(started, notStarted(exit.cause)) : Effect.void)
           )
         )
         yield* FiberMap.run(supervisor, request.id, lifetime)

@@ -68,6 +68,11 @@ export interface E2BFakeOptions {
   readonly pauseDelayMs?: number
   /** How long a resume is in progress (409 meanwhile); default 0. */
   readonly resumeDelayMs?: number
+  /**
+   * The fake's time stands still from 0 and moves only with `advance` (a test moves the kernel's
+   * TestClock beside it): lifetimes and runtimes end when the test says, not on the wall clock.
+   */
+  readonly manualClock?: boolean
 }
 
 export interface Fault {
@@ -120,6 +125,15 @@ export interface E2BFake {
   readonly pause: (sandboxId: string) => Promise<boolean>
   /** Running processes of a sandbox (envd pids). */
   readonly processes: (sandboxId: string) => ReadonlyArray<number>
+  /**
+   * With `manualClock`: moves the fake's time on by `ms`, and ends (kills or pauses) every sandbox
+   * whose lifetime is over; resolves once they have ended.
+   */
+  readonly advance: (ms: number) => Promise<void>
+  /** The fake's time now (epoch millis): with `manualClock`, where `advance` has brought it. */
+  readonly now: () => number
+  /** Control-plane requests being answered now (envd streams are not counted). */
+  readonly inFlight: () => number
   readonly close: () => Promise<void>
 }
 
@@ -141,6 +155,9 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   const faults: Array<{ fault: Fault; left: number }> = []
   const requests: Array<RecordedRequest> = []
   const handleEnvd = makeEnvd(runtime, sandboxes)
+  let manualNow = 0
+  let inFlight = 0
+  const now = () => (options.manualClock ? manualNow : Date.now())
 
   const newId = () => `i${randomBytes(10).toString("hex")}`
   const envdOf = (template: string) => options.templates?.[template]?.envdVersion ?? options.envdVersion ?? "0.5.8"
@@ -197,19 +214,20 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   const arm = (sandbox: FakeSandbox) => {
     if (sandbox.timer) clearTimeout(sandbox.timer)
     sandbox.timer = undefined
-    if (sandbox.state !== "running") return
-    sandbox.timer = setTimeout(() => {
-      void (sandbox.autoPause ? pause(sandbox) : killSandbox(sandbox))
-    }, Math.max(0, sandbox.endAt - Date.now()))
+    if (sandbox.state !== "running" || options.manualClock) return
+    sandbox.timer = setTimeout(() => void end(sandbox), Math.max(0, sandbox.endAt - now()))
     sandbox.timer.unref()
   }
 
+  /** The end of a sandbox's lifetime: it is killed, or paused when created with autoPause. */
+  const end = (sandbox: FakeSandbox) => (sandbox.autoPause ? pause(sandbox) : killSandbox(sandbox))
+
   /** KeepAliveFor: a lifetime never past the start of the period plus the maximum runtime. */
   const keepAlive = (sandbox: FakeSandbox, timeoutSec: number, allowShorter: boolean): string | undefined => {
-    const now = Date.now()
-    if (now - sandbox.startedAt > maxRuntimeMs) return "Max instance length exceeded"
-    const end = now + Math.min(timeoutSec * 1000, sandbox.startedAt + maxRuntimeMs - now)
-    if (allowShorter || end > sandbox.endAt) sandbox.endAt = end
+    const at = now()
+    if (at - sandbox.startedAt > maxRuntimeMs) return "Max instance length exceeded"
+    const endAt = at + Math.min(timeoutSec * 1000, sandbox.startedAt + maxRuntimeMs - at)
+    if (allowShorter || endAt > sandbox.endAt) sandbox.endAt = endAt
     arm(sandbox)
     return undefined
   }
@@ -246,7 +264,7 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       await boot(sandbox)
       sandbox.state = "running"
       sandbox.envdAccessToken = randomBytes(16).toString("hex")
-      sandbox.startedAt = Date.now()
+      sandbox.startedAt = now()
       sandbox.endAt = sandbox.startedAt + Math.min(timeoutSec * 1000, maxRuntimeMs)
       arm(sandbox)
     }).catch((error) => {
@@ -304,7 +322,7 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       if (refused) return apiError(res, 400, refused)
       const timeoutSec = typeof request.timeout === "number" ? request.timeout : defaultTimeoutSec
       const templateID = typeof request.templateID === "string" ? request.templateID : "base"
-      const now = Date.now()
+      const startedAt = now()
       const sandbox: FakeSandbox = {
         id: newId(),
         templateID,
@@ -312,10 +330,10 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
         envVars: { ...(request.envVars ?? {}) },
         autoPause: request.autoPause === true,
         envdVersion: envdOf(templateID),
-        startedAt: now,
+        startedAt,
         state: "running",
         transition: Promise.resolve(),
-        endAt: now + Math.min(timeoutSec * 1000, maxRuntimeMs),
+        endAt: startedAt + Math.min(timeoutSec * 1000, maxRuntimeMs),
         envdAccessToken: randomBytes(16).toString("hex"),
         timer: undefined,
         scope: undefined,
@@ -466,8 +484,19 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
     return handleApi(req, res, url, json)
   }
 
+  const counted = async (req: IncomingMessage, res: ServerResponse) => {
+    const envd = ENVD_PREFIXES.some((prefix) => (req.url ?? "/").startsWith(prefix))
+    if (envd) return handle(req, res)
+    inFlight++
+    try {
+      await handle(req, res)
+    } finally {
+      inFlight--
+    }
+  }
+
   const server: Server = createServer((req, res) => {
-    handle(req, res).catch((error) => {
+    counted(req, res).catch((error) => {
       if (!res.headersSent) apiError(res, 500, error instanceof Error ? error.message : String(error))
       else res.destroy()
     })
@@ -508,6 +537,14 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       return sandbox === undefined ? false : pause(sandbox)
     },
     processes: (sandboxId) => [...(sandboxes.get(sandboxId)?.processes.keys() ?? [])],
+    advance: async (ms) => {
+      if (!options.manualClock) throw new Error("E2BFake.advance needs manualClock")
+      manualNow += ms
+      const over = [...sandboxes.values()].filter((s) => s.state === "running" && s.endAt <= manualNow)
+      await Promise.all(over.map(end))
+    },
+    inFlight: () => inFlight,
+    now,
     close: async () => {
       server.closeAllConnections()
       await new Promise<void>((resolve) => server.close(() => resolve()))

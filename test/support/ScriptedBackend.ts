@@ -1,25 +1,16 @@
-import { Clock, Deferred, Effect, Layer, Mailbox, Option } from "effect"
+import { Clock, Deferred, Effect, Layer, Option } from "effect"
 import type { ComputerMetadata } from "../../src/domain/ComputerMetadata.js"
 import { providerError, SpawnFailed, Unsupported } from "../../src/domain/Errors.js"
 import {
   Backend,
-  type BackendProcess,
   type Capabilities,
   type Instance,
-  type ProcessEvent,
   type Renewal,
   type SpawnSpec
 } from "../../src/services/Backend.js"
+import * as ScriptedProcess from "./ScriptedProcess.js"
 
-/** A process of the scripted backend, steered by the test. */
-export interface ScriptedProcess {
-  readonly spec: SpawnSpec
-  readonly generation: number
-  readonly signals: Array<string>
-  readonly writes: Array<Uint8Array>
-  readonly emit: (event: ProcessEvent) => Effect.Effect<void>
-  readonly end: Effect.Effect<void>
-}
+export type { ScriptedProcess } from "./ScriptedProcess.js"
 
 /** A computer of the scripted provider. */
 export interface ScriptedComputer {
@@ -41,23 +32,27 @@ export interface ScriptedOptions {
   readonly endsAfterMs?: number
 }
 
-const encoder = new TextEncoder()
-
 /**
  * A fake provider for kernel tests: computers live in a map the test can read and change (as if
  * from outside), every call is logged, and processes are steered by their command (argv[2] of
- * `sh -c`): `fail-fast` writes to stderr and exits 1 at once; `hang-stdin` never finishes a write;
- * `missing` fails to spawn; `echo-stdin` writes back what it reads; anything else runs until
- * signalled (then exits with that signal).
+ * `sh -c`), as ScriptedProcess says; `missing` fails to spawn. A test can hold an operation at a
+ * gate (`gate("restart")`: every call of it waits until the gate opens) or make its next call fail.
  */
 export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
-  const spawned: Array<ScriptedProcess> = []
+  const spawned: Array<ScriptedProcess.ScriptedProcess> = []
   const calls: Array<string> = []
   const computers = new Map<string, ScriptedComputer>()
   const failNext = new Map<string, string>()
   const createGate = yield* Deferred.make<void>()
   if (!options.gateCreate) yield* Deferred.succeed(createGate, undefined)
+  const gates = new Map<string, Deferred.Deferred<void>>()
   let counter = 0
+
+  /** Waits while the test holds this operation at a gate. */
+  const gated = (operation: string) => Effect.suspend(() => {
+    const gate = gates.get(operation)
+    return gate === undefined ? Effect.void : Deferred.await(gate)
+  })
 
   const failIfAsked = (operation: string) =>
     Effect.suspend(() => {
@@ -71,50 +66,14 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     Effect.gen(function*() {
       const command = spec.argv[spec.argv.length - 1] ?? ""
       if (command === "missing") return yield* new SpawnFailed({ command, reason: "No such file or directory" })
-      const mailbox = yield* Mailbox.make<ProcessEvent>()
-      const scripted: ScriptedProcess = {
-        spec,
+      yield* gated("spawn")
+      const scripted = yield* ScriptedProcess.make(spec, {
+        pid: spawned.length + 1,
         generation,
-        signals: [],
-        writes: [],
-        emit: (event) => Effect.asVoid(mailbox.offer(event)),
-        end: Effect.asVoid(mailbox.end)
-      }
+        onSignal: (signal) => void calls.push(`signal ${signal}`)
+      })
       spawned.push(scripted)
-      if (command === "fail-fast") {
-        yield* scripted.emit({ _tag: "Stderr", data: encoder.encode("boom\n") })
-        yield* scripted.emit({ _tag: "Exit", exit: { exitCode: 1, signal: null } })
-        yield* scripted.end
-      }
-      // Closing the process's scope kills it, as every backend does.
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function*() {
-          yield* scripted.emit({ _tag: "Exit", exit: { exitCode: null, signal: "SIGKILL" } })
-          yield* scripted.end
-        })
-      )
-      const never = yield* Deferred.make<void>()
-      const process: BackendProcess = {
-        pid: spawned.length,
-        events: Mailbox.toStream(mailbox),
-        write: (data) =>
-          command === "hang-stdin"
-            ? Deferred.await(never)
-            : Effect.sync(() => void scripted.writes.push(data)).pipe(
-              // `echo-stdin` answers every write with it, like a terminal's echo or a REPL.
-              Effect.zipRight(command === "echo-stdin" ? scripted.emit({ _tag: "Stdout", data: Uint8Array.from(data) }) : Effect.void)
-            ),
-        closeStdin: Effect.void,
-        signal: (signal) =>
-          Effect.gen(function*() {
-            scripted.signals.push(signal)
-            calls.push(`signal ${signal}`)
-            yield* scripted.emit({ _tag: "Exit", exit: { exitCode: null, signal } })
-            yield* scripted.end
-          }),
-        resize: () => Effect.void
-      }
-      return process
+      return scripted.process
     })
 
   const live = (instance: Instance) =>
@@ -190,17 +149,21 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
       Effect.gen(function*() {
         calls.push(`restart ${instance.metadata.id}`)
         if (!capabilities.restart) return yield* new Unsupported({ backend: "scripted", feature: "restart" })
+        yield* gated("restart")
         yield* failIfAsked("restart")
         return (yield* live(instance)).instance
       }),
     remove: (instance) =>
-      Effect.sync(() => {
+      Effect.gen(function*() {
         calls.push(`remove ${instance.metadata.id}`)
+        yield* gated("remove")
+        yield* failIfAsked("remove")
         computers.delete(instance.providerId)
       }),
     adopt: options.noAdopt ? undefined : (instance, metadata) =>
       Effect.gen(function*() {
         calls.push(`adopt ${instance.metadata.id} as ${metadata.id}`)
+        yield* failIfAsked("adopt")
         const computer = yield* live(instance)
         computer.instance = { ...computer.instance, metadata: { ...metadata, pooled: true } }
         return computer.instance
@@ -209,8 +172,9 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     renewal: options.renewal === undefined ? undefined : {
       ...options.renewal,
       renew: (instance, until) =>
-        Effect.sync(() => {
+        Effect.gen(function*() {
           calls.push(`renew ${instance.metadata.id} ${new Date(until).toISOString()}`)
+          yield* failIfAsked("renew")
           const computer = computers.get(instance.providerId)
           if (computer) computer.instance = { ...computer.instance, metadata: { ...computer.instance.metadata, expires: new Date(until).toISOString() } }
           return computer?.instance ?? instance
@@ -237,7 +201,15 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     byId,
     plant,
     /** The next call of this operation fails with a provider error. */
-    failNext: (operation: "create" | "connect" | "restart", detail: string) => Effect.sync(() => void failNext.set(operation, detail)),
-    openCreate: Deferred.succeed(createGate, undefined)
+    failNext: (operation: "create" | "connect" | "restart" | "remove" | "renew" | "adopt", detail: string) =>
+      Effect.sync(() => void failNext.set(operation, detail)),
+    openCreate: Deferred.succeed(createGate, undefined),
+    /** Holds every call of the operation until the answer is run (it opens the gate for good). */
+    gate: (operation: "spawn" | "restart" | "remove") =>
+      Effect.gen(function*() {
+        const gate = yield* Deferred.make<void>()
+        gates.set(operation, gate)
+        return Effect.zipRight(Effect.sync(() => void gates.delete(operation)), Deferred.succeed(gate, undefined))
+      })
   } as const
 })

@@ -284,7 +284,12 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
         const chosen = carry.slice(0, count)
         carry = carry.slice(count)
         if (chosen.length === 0 && ![...followed.values()].some((process) => !process.ended && FlyProcess.hasRoom(process))) continue
-        const outcome = yield* Effect.either(round(chosen))
+        // A round cut short by the connection closing: its lazy cleanups go back for the finalizer's last round.
+        const outcome = yield* Effect.either(round(chosen)).pipe(
+          Effect.onInterrupt(() => Effect.sync(() => {
+            carry = [...chosen, ...carry]
+          }))
+        )
         if (Either.isLeft(outcome)) {
           const error = outcome.left
           yield* Effect.forEach(chosen, (pending) => (pending.reply ? Deferred.fail(pending.reply, error) : Effect.void), { discard: true })

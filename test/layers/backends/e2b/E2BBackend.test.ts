@@ -15,6 +15,8 @@ import { Backend } from "../../../../src/services/Backend.js"
 import * as E2BFake from "../../../support/E2BFake.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 import {
+  advance,
+  alignClocks,
   buildBackend,
   collect,
   computerId,
@@ -34,12 +36,17 @@ import {
 } from "./E2BTestKit.js"
 
 const started = bwrapWorks ? E2BFake.start({ defaultTimeoutSec: 120 }) : undefined
+// Time stands still at this one until a test moves it, with the kernel's TestClock.
+const startedTimed = bwrapWorks ? E2BFake.start({ manualClock: true }) : undefined
 let fake: E2BFake.E2BFake
+let timed: E2BFake.E2BFake
 beforeAll(async () => {
   if (started) fake = await started
+  if (startedTimed) timed = await startedTimed
 })
 afterAll(async () => {
   await fake?.close()
+  await timed?.close()
 })
 
 const provider = <A, E>(body: Effect.Effect<A, E, Backend>, overrides: Partial<E2BBackend.E2BBackendOptions> = {}) =>
@@ -340,16 +347,17 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B com
       assert.notStrictEqual(read.exit_code, 0)
     })), 60_000)
 
-  it.live("the kernel's renewals keep a short-lived sandbox alive while it is held", () =>
-    withKernel(fake, Effect.gen(function*() {
+  it.scoped("the kernel's renewals keep a short-lived sandbox alive while it is held", () =>
+    withKernel(timed, Effect.gen(function*() {
       const { computers, processes } = yield* services
       const id = computerId("keepalive")
+      yield* alignClocks(timed)
       const computer = yield* computers.create("s1", { computer_id: id })
       const sandboxId = yield* computer.providerId
-      yield* Effect.sleep("4500 millis")
-      assert.strictEqual(sandboxOf(id).length, 1, "a 2 s sandbox is still there after 4.5 s")
-      const renewals = fake.requests.filter((r) => r.path === `/sandboxes/${sandboxId}/timeout` && r.status === 204)
-      assert.isAtLeast(renewals.length, 3)
+      yield* advance(timed, 4_500, 250)
+      assert.strictEqual(timed.sandboxes().filter((s) => s.metadata[ID_KEY] === id).length, 1, "a 2 s sandbox is still there after 4.5 s")
+      const renewals = timed.requests.filter((r) => r.path === `/sandboxes/${sandboxId}/timeout` && r.status === 204)
+      assert.strictEqual(renewals.length, 9, "one every 500 ms")
       for (const renewal of renewals) assert.strictEqual((renewal.body as { timeout: number }).timeout, 2)
       assert.strictEqual((yield* processes.exec("s1", { computer_id: id, command: "echo alive" })).stdout, "alive\n")
     }), { sandboxTimeoutSec: 2, keepAliveIntervalMs: 500 }), 60_000)

@@ -2,23 +2,40 @@
 // maximum runtime, 409 while a sandbox changes state, templates with an old envd, and an SDK
 // without the process client the backend reads output from.
 import { assert, it } from "@effect/vitest"
-import { Effect, Stream } from "effect"
+import { Effect, Fiber, Stream } from "effect"
 import { Sandbox } from "e2b"
 import { afterAll, beforeAll } from "vitest"
 import { labelKey } from "../../../../src/domain/ComputerMetadata.js"
 import * as E2BBackend from "../../../../src/layers/backends/e2b/E2BBackend.js"
+import { END_GRACE_MS } from "../../../../src/layers/backends/e2b/E2BConnection.js"
 import { Backend, type Connection } from "../../../../src/services/Backend.js"
 import * as E2BFake from "../../../support/E2BFake.js"
 import { envelope } from "../../../support/E2BFake.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
-import { collect, computerId, count, eventually, exec, metadataFor, opened, options, services, spec, text, withKernel } from "./E2BTestKit.js"
+import {
+  advance,
+  alignClocks,
+  collect,
+  computerId,
+  count,
+  eventually,
+  exec,
+  metadataFor,
+  opened,
+  options,
+  services,
+  spec,
+  text,
+  withKernel
+} from "./E2BTestKit.js"
 
 const MAX_RUNTIME_SEC = 4
 let capped: E2BFake.E2BFake
 let fake: E2BFake.E2BFake
 beforeAll(async () => {
   if (!bwrapWorks) return
-  capped = await E2BFake.start({ maxRuntimeSec: MAX_RUNTIME_SEC })
+  // Time stands still at the fake until the test moves it, with the kernel's TestClock.
+  capped = await E2BFake.start({ maxRuntimeSec: MAX_RUNTIME_SEC, manualClock: true })
   fake = await E2BFake.start({
     pauseDelayMs: 1200,
     templates: { "legacy-0.3": { envdVersion: "0.3.5" }, "legacy-0.5": { envdVersion: "0.5.0" } }
@@ -37,45 +54,57 @@ const provider = <A, E>(body: Effect.Effect<A, E, Backend>, overrides: Partial<E
 describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: the plan's maximum runtime", () => {
   const cappedOptions = { sandboxTimeoutSec: 2, maxRuntimeSec: MAX_RUNTIME_SEC, keepAliveIntervalMs: 500 }
 
-  it.live("a temporary computer ends with its runtime: the agent is warned, renewals never ask past it, and it is lost saying why", () =>
+  /** Past the end of the runtime and the watch's grace after it, on both clocks. */
+  const pastTheEnd = MAX_RUNTIME_SEC * 1000 + END_GRACE_MS + 500
+
+  it.scoped("a temporary computer ends with its runtime: the agent is warned, renewals never ask past it, and it is lost saying why", () =>
     withKernel(capped, Effect.gen(function*() {
       const { computers, processes } = yield* services
       const id = computerId("cap-temp")
-      const before = Date.now()
+      yield* alignClocks(capped)
+      const start = capped.now()
       const computer = yield* computers.create("s1", { computer_id: id })
       const listed = (yield* computers.list("s1")).find((c) => c.computer_id === id)!
-      const endsAt = Date.parse(listed.ends_at!)
-      assert.isAtLeast(endsAt, before + MAX_RUNTIME_SEC * 1000 - 1000)
-      assert.isAtMost(endsAt, Date.now() + MAX_RUNTIME_SEC * 1000)
+      assert.strictEqual(listed.ends_at, new Date(start + MAX_RUNTIME_SEC * 1000).toISOString())
       assert.match(listed.warning ?? "", /the provider ends this computer in 1 min \(its maximum runtime there\)/)
       const { pid } = yield* processes.spawn("s1", { computer_id: id, command: "sleep 300", background: true })
-      const done = yield* processes.wait("s1", { id: pid, timeoutMs: 20_000 })
+      const waiting = yield* Effect.fork(processes.wait("s1", { id: pid, timeoutMs: 20_000 }))
+      yield* advance(capped, pastTheEnd, 250)
+      const done = yield* Fiber.join(waiting)
       assert.strictEqual(done.status, "terminated")
       assert.match(done.reason ?? "", /reached the end of its runtime, 4 s of continuous running .*E2B deleted it with its files$/)
       assert.deepStrictEqual(sandboxOf(capped, id), [])
       const sandboxId = yield* computer.providerId
       const renewals = capped.requests.filter((r) => r.path === `/sandboxes/${sandboxId}/timeout`)
-      assert.isAtLeast(renewals.filter((r) => r.status === 204).length, 2, "renewed while there was time")
-      assert.deepStrictEqual(renewals.filter((r) => r.status !== 204), [], "never asked past the end")
+      // Every 500 ms while at least a second is left (0.5 s to 3 s), for at most what is left: 1.5 s
+      // at 2.5 s (the SDK asks in whole seconds, rounding up; E2B caps it), 1 s at 3 s, none after.
+      assert.deepStrictEqual(
+        renewals.map((r) => [r.status, (r.body as { timeout: number }).timeout]),
+        [[204, 2], [204, 2], [204, 2], [204, 2], [204, 2], [204, 1]]
+      )
     }), cappedOptions), 60_000)
 
-  it.live("a permanent computer is paused by E2B at the end; restart resumes it with its files and a new period", () =>
+  it.scoped("a permanent computer is paused by E2B at the end; restart resumes it with its files and a new period", () =>
     withKernel(capped, Effect.gen(function*() {
       const { computers, processes } = yield* services
       const id = computerId("cap-perm")
+      yield* alignClocks(capped)
       yield* computers.create("s1", { computer_id: id, temporary: false })
       const endOf = Effect.map(computers.list("s1"), (all) => all.find((c) => c.computer_id === id)?.ends_at)
       const firstEnd = (yield* endOf)!
       assert.strictEqual((yield* processes.exec("s1", { computer_id: id, command: "echo kept > work.txt" })).exit_code, 0)
       const { pid } = yield* processes.spawn("s1", { computer_id: id, command: "sleep 300", background: true })
-      const done = yield* processes.wait("s1", { id: pid, timeoutMs: 20_000 })
+      const waiting = yield* Effect.fork(processes.wait("s1", { id: pid, timeoutMs: 20_000 }))
+      yield* advance(capped, pastTheEnd, 250)
+      const done = yield* Fiber.join(waiting)
       assert.match(done.reason ?? "", /E2B paused it and kept its files: computer_restart resumes it/)
       assert.strictEqual(sandboxOf(capped, id)[0]?.state, "paused")
       yield* computers.restart("s1", id)
       assert.strictEqual(sandboxOf(capped, id)[0]?.state, "running")
       assert.isAbove(Date.parse((yield* endOf)!), Date.parse(firstEnd))
       // The renewals run again: past the 2 s timeout, the sandbox is still there.
-      yield* Effect.sleep("2500 millis")
+      yield* advance(capped, 3_000, 250)
+      assert.strictEqual(sandboxOf(capped, id)[0]?.state, "running")
       assert.strictEqual((yield* processes.exec("s1", { computer_id: id, command: "cat work.txt" })).stdout, "kept\n")
       yield* computers.delete("s1", id)
     }), cappedOptions), 60_000)

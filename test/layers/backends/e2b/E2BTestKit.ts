@@ -1,6 +1,6 @@
 // What the E2B backend tests share: options pointing at a fake, the provider's calls with a
 // scoped sandbox, the kernel over the provider, and readers of process events.
-import { Clock, Deferred, Effect, Layer, Redacted, Ref, Stream } from "effect"
+import { Clock, Deferred, Effect, Layer, Redacted, Ref, Stream, TestClock, TestServices } from "effect"
 import type { Scope } from "effect"
 import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.js"
 import * as E2BBackend from "../../../../src/layers/backends/e2b/E2BBackend.js"
@@ -144,3 +144,38 @@ export const eventually = <E, R>(condition: Effect.Effect<boolean, E, R>, second
 /** Builds just the provider layer (startup checks). */
 export const buildBackend = (fake: E2BFake.E2BFake, overrides: Partial<E2BBackend.E2BBackendOptions> = {}) =>
   Effect.scoped(Layer.build(E2BBackend.layer(options(fake, overrides))))
+
+// ---- time, with the fake on a manual clock ----------------------------------------------------
+
+/**
+ * Lets the HTTP calls a step of time started reach the fake and be answered: no control-plane
+ * request in progress and none new for a few milliseconds (bounded: real I/O, not the clock under
+ * test).
+ */
+export const settled = (fake: E2BFake.E2BFake) =>
+  Effect.gen(function*() {
+    let seen = -1
+    for (let i = 0; i < 500; i++) {
+      const now = fake.requests.length
+      if (fake.inFlight() === 0 && now === seen) return
+      seen = now
+      yield* TestServices.provideLive(Effect.sleep("15 millis"))
+    }
+  })
+
+/** Sets the kernel's TestClock to the fake's manual time (a fake outlives a test's TestClock). */
+export const alignClocks = (fake: E2BFake.E2BFake) => Effect.suspend(() => TestClock.setTime(fake.now()))
+
+/**
+ * Moves time on for the kernel (TestClock) and the fake (`manualClock`) together, `stepMs` at a
+ * time; after each step, the calls it started are answered before the next.
+ */
+export const advance = (fake: E2BFake.E2BFake, ms: number, stepMs = 100) =>
+  Effect.gen(function*() {
+    for (let moved = 0; moved < ms; moved += stepMs) {
+      yield* TestClock.adjust(stepMs)
+      yield* settled(fake)
+      yield* Effect.promise(() => fake.advance(stepMs))
+      yield* settled(fake)
+    }
+  })
