@@ -15,7 +15,7 @@
 // Then, after `npm run build` here:
 //   node bench/round-trip.mjs [--process-mcp DIR] [--calls N] [--rounds N] [--cpu-prof DIR]
 // DIR defaults to $PROCESS_MCP_DIR; without either, process-mcp is left out (and said so).
-// --cpu-prof DIR starts the kilntainers servers under `node --cpu-prof --cpu-prof-dir DIR`.
+// --cpu-prof DIR starts each server under `node --cpu-prof`, writing DIR/<server>/*.cpuprofile.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { spawn } from "node:child_process"
@@ -99,7 +99,7 @@ if (peerDir && existsSync(join(peerDir, "dist", "index.js"))) {
   contenders.push(await mcpContender(
     "process-mcp (host mode, unsandboxed)",
     process.execPath,
-    ["--input-type=module", "-e", launcher],
+    [...nodeArgs(cpuProf && join(cpuProf, "process-mcp")), "--input-type=module", "-e", launcher],
     { ...baseEnv, PROCESS_MODE: "host", DEFAULT_WORKDIR: cwd },
     // process-mcp answers with text: JSON of { pid, status, exitCode, stdout, stderr }
     (result) => /"exitCode":\s*0/.test(result.content?.[0]?.text ?? ""),
