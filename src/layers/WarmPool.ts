@@ -17,9 +17,6 @@ import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import type { ComputerActor } from "../actors/ComputerActor.js"
 
-/** How long takes must pause before the pool refills (see the refill loop). */
-export const REFILL_AFTER = Duration.millis(250)
-
 /** A prepared computer and the scope it lives in. */
 export interface Member {
   readonly actor: ComputerActor
@@ -81,20 +78,10 @@ export const make = (options: {
 
     const missing = () => options.size - ready.length - starting
 
-    // Refill: start what is missing; while creation fails, back off (bounded, 1 s to 30 s). After a
-    // member is handed out, refilling waits until takes pause for REFILL_AFTER: making computers
-    // competes with the first commands of those just handed out (on Docker, for the same engine),
-    // which made ten taken at once six times as slow as one.
+    // Refill: start what is missing; while creation fails, back off (bounded, 1 s to 30 s).
     yield* Effect.gen(function*() {
       let failures = 0
       while (true) {
-        if (handedOut > 0) {
-          let seen = -1
-          while (seen !== handedOut) {
-            seen = handedOut
-            yield* Effect.sleep(REFILL_AFTER)
-          }
-        }
         const wanted = missing()
         if (wanted > 0) {
           starting += wanted
