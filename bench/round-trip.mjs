@@ -2,7 +2,8 @@
 //   - bare child_process.spawn in this process (the floor),
 //   - process-mcp (anonx3247/process-mcp), a peer on the same MCP SDK, host mode, unsandboxed,
 //   - kilntainers on the host backend, sandboxed (bubblewrap + kt-agent),
-//   - kilntainers with --unsafe-no-sandbox.
+//   - kilntainers with --unsafe-no-sandbox,
+//   - kilntainers sandboxed with --shell /bin/sh, the peer's shell (bash, our default, starts slower).
 // The contenders are called in turn, one call each per step, in an order that rotates every step,
 // so all see the same machine; each round reports p50/p90/p99 per contender.
 // Targets: kilntainers sandboxed p50 ≤ process-mcp's p50, and its p90 ≤ 1.5× its own p50.
@@ -13,7 +14,8 @@
 //   (or: git clone https://github.com/anonx3247/process-mcp /tmp/peers/process-mcp)
 //   cd /tmp/peers/process-mcp && npm ci && npm run build
 // Then, after `npm run build` here:
-//   node bench/round-trip.mjs [--process-mcp DIR] [--calls N] [--rounds N] [--cpu-prof DIR]
+//   node bench/round-trip.mjs [--process-mcp DIR] [--calls N] [--rounds N] [--cpu-prof DIR] [--no-sh-row]
+//     [--before BIN [--before-label TEXT]]   (another build's dist/bin/kilntainers.mjs, one more row)
 // DIR defaults to $PROCESS_MCP_DIR; without either, process-mcp is left out (and said so).
 // --cpu-prof DIR starts each server under `node --cpu-prof`, writing DIR/<server>/*.cpuprofile.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
@@ -73,12 +75,12 @@ const mcpContender = async (name, command, serverArgs, env, ok, cwd) => {
 }
 
 const nodeArgs = (profDir) => (profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])
-const kilntainers = (name, extra, profName) => {
+const kilntainers = (name, extra, profName, built = bin) => {
   const stateDir = mkdtempSync(join(scratch, "state-"))
   return mcpContender(
     name,
     process.execPath,
-    [...nodeArgs(cpuProf && join(cpuProf, profName)), bin, "--backend", "host", "--state-dir", stateDir, "--log-level", "error", ...extra],
+    [...nodeArgs(cpuProf && join(cpuProf, profName)), built, "--backend", "host", "--state-dir", stateDir, "--log-level", "error", ...extra],
     baseEnv,
     (result) => result.structuredContent?.exitCode === 0
   )
@@ -110,6 +112,14 @@ if (peerDir && existsSync(join(peerDir, "dist", "index.js"))) {
 }
 contenders.push(await kilntainers("kilntainers, host sandbox", [], "sandbox"))
 contenders.push(await kilntainers("kilntainers, --unsafe-no-sandbox", ["--unsafe-no-sandbox"], "no-sandbox"))
+// Another build (an earlier revision), sandboxed, side by side: what a change did, in one run.
+const before = option("--before", undefined)
+if (before) contenders.push(await kilntainers(`kilntainers, host sandbox, ${option("--before-label", "before")}`, [], "before", before))
+// Our commands run under bash (the default --shell); process-mcp's under /bin/sh (dash here), which
+// starts faster. This row is the same sandboxed server with the peer's shell: the runtime alone.
+if (!args.includes("--no-sh-row")) {
+  contenders.push(await kilntainers("kilntainers, host sandbox, --shell /bin/sh", ["--shell", "/bin/sh"], "sandbox-sh"))
+}
 
 const ms = (n) => n.toFixed(2).padStart(6)
 const results = []
