@@ -5,7 +5,9 @@
 //   - kilntainers with --unsafe-no-sandbox,
 //   - kilntainers sandboxed with --shell /bin/sh, the peer's shell (bash, our default, starts slower).
 // The contenders are called in turn, one call each per step, in an order that rotates every step,
-// so all see the same machine; each round reports p50/p90/p99 per contender.
+// so all see the same machine; each round reports p50/p90/p99 per contender, and the CPU time each
+// server process used per call (from /proc: the agent's and the commands' own CPU not included;
+// process-mcp's includes its fork of the command).
 // Targets: kilntainers sandboxed p50 ≤ process-mcp's p50, and its p90 ≤ 1.5× its own p50.
 //
 // process-mcp is a bench-only peer, built from source outside this repository and never a
@@ -21,7 +23,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { spawn } from "node:child_process"
-import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -63,6 +65,7 @@ const mcpContender = async (name, command, serverArgs, env, ok, cwd) => {
   await client.connect(transport)
   return {
     name,
+    pid: transport.pid,
     call: async () => {
       const start = process.hrtime.bigint()
       const result = await client.callTool({ name: "spawn", arguments: { command: "true" } })
@@ -122,11 +125,22 @@ if (!args.includes("--no-sh-row")) {
 }
 
 const ms = (n) => n.toFixed(2).padStart(6)
+/** CPU time (user + system) a server process has used, in ms; undefined where /proc is not there. */
+const cpuMs = (pid) => {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ")
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS
+  } catch {
+    return undefined
+  }
+}
+const CLOCK_TICKS = 100
 const results = []
 try {
   for (let i = 0; i < warmup; i++) for (const c of contenders) await c.call()
   for (let round = 1; round <= rounds; round++) {
     const times = contenders.map(() => [])
+    const cpuBefore = contenders.map((c) => (c.pid === undefined ? undefined : cpuMs(c.pid)))
     for (let i = 0; i < calls; i++) {
       for (let k = 0; k < contenders.length; k++) {
         const j = (i + k) % contenders.length
@@ -134,10 +148,12 @@ try {
       }
     }
     results.push(times)
-    console.log(`round ${round}: \`spawn true\` over stdio MCP, ${calls} calls each, interleaved; p50 (p90, p99) in ms`)
-    contenders.forEach((c, j) =>
-      console.log(`  ${c.name.padEnd(40)} ${ms(percentile(times[j], 50))} (${ms(percentile(times[j], 90))}, ${ms(percentile(times[j], 99))})`)
-    )
+    console.log(`round ${round}: \`spawn true\` over stdio MCP, ${calls} calls each, interleaved; p50 (p90, p99) in ms; server CPU per call`)
+    contenders.forEach((c, j) => {
+      const after = c.pid === undefined ? undefined : cpuMs(c.pid)
+      const cpu = after === undefined || cpuBefore[j] === undefined ? "" : `   CPU ${((after - cpuBefore[j]) / calls).toFixed(2)} ms`
+      console.log(`  ${c.name.padEnd(44)} ${ms(percentile(times[j], 50))} (${ms(percentile(times[j], 90))}, ${ms(percentile(times[j], 99))})${cpu}`)
+    })
   }
 } finally {
   for (const c of contenders) await c.close().catch(() => {})
