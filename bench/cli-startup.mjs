@@ -1,5 +1,7 @@
 // Startup of the built CLI over stdio: time from spawn to the tools/list answer, and the server's
-// RSS right after it (issue 12's targets: ≤ 250 ms median, ≤ 80 MiB). Run after `npm run build`.
+// RSS right after it (issue 12's targets: ≤ 250 ms median of 10, ≤ 80 MiB), side by side with a
+// minimal MCP SDK stdio server with one tool (bench/support/minimal-mcp-server.mjs) started the
+// same way, runs interleaved. Run after `npm run build`.
 //   node bench/cli-startup.mjs [--runs N] [--bin PATH] [-- extra CLI flags]   (default flags: --backend host)
 // --bin measures another build (an older revision, side by side in one session).
 import { spawn } from "node:child_process"
@@ -16,19 +18,19 @@ const binAt = own.indexOf("--bin")
 const bin = binAt >= 0 ? own[binAt + 1] : join(root, "dist", "bin", "kilntainers.mjs")
 const extra = dash >= 0 ? argv.slice(dash + 1) : ["--backend", "host"]
 const runsAt = own.indexOf("--runs")
-const runs = runsAt >= 0 ? Number(own[runsAt + 1]) : 15
+const runs = runsAt >= 0 ? Number(own[runsAt + 1]) : 10
 
 const rssMiB = (pid) => {
   const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmRSS:"))
   return Number(line.replace(/\D+/g, "")) / 1024
 }
 
-const once = (stateDir) =>
+const minimal = join(root, "bench", "support", "minimal-mcp-server.mjs")
+
+const once = (args) =>
   new Promise((resolve, reject) => {
     const start = process.hrtime.bigint()
-    const child = spawn(process.execPath, [bin, "--state-dir", stateDir, "--log-level", "error", ...extra], {
-      stdio: ["pipe", "pipe", "inherit"]
-    })
+    const child = spawn(process.execPath, args, { stdio: ["pipe", "pipe", "inherit"] })
     let buffer = ""
     const timer = setTimeout(() => {
       child.kill("SIGKILL")
@@ -53,15 +55,22 @@ const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.l
 const p90 = (values) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(values.length * 0.9))]
 
 const stateDir = mkdtempSync(join(tmpdir(), "kt-startup-"))
-const results = []
+const ours = [bin, "--state-dir", stateDir, "--log-level", "error", ...extra]
+const results = { ours: [], minimal: [] }
 try {
-  await once(stateDir) // warm the page cache
-  for (let i = 0; i < runs; i++) results.push(await once(stateDir))
+  await once(ours) // warm the page cache
+  await once([minimal])
+  for (let i = 0; i < runs; i++) {
+    results.ours.push(await once(ours))
+    results.minimal.push(await once([minimal]))
+  }
 } finally {
   rmSync(stateDir, { recursive: true, force: true })
 }
-const times = results.map((r) => r.ms)
-const rss = results.map((r) => r.rss)
-console.log(`${bin} ${extra.join(" ")}; ${runs} runs`)
-console.log(`spawn → tools/list: median ${median(times).toFixed(0)} ms, p90 ${p90(times).toFixed(0)} ms`)
-console.log(`RSS after tools/list: median ${median(rss).toFixed(1)} MiB, max ${Math.max(...rss).toFixed(1)} MiB`)
+const summary = (rows) => ({ ms: median(rows.map((r) => r.ms)), p90: p90(rows.map((r) => r.ms)), rss: median(rows.map((r) => r.rss)), maxRss: Math.max(...rows.map((r) => r.rss)) })
+const k = summary(results.ours)
+const m = summary(results.minimal)
+console.log(`spawn → tools/list over stdio, ${runs} runs each, interleaved; RSS right after the answer`)
+console.log(`  kilntainers (${extra.join(" ")}): median ${k.ms.toFixed(0)} ms (p90 ${k.p90.toFixed(0)}), RSS median ${k.rss.toFixed(1)} MiB (max ${k.maxRss.toFixed(1)})`)
+console.log(`  minimal MCP SDK server, one tool: median ${m.ms.toFixed(0)} ms (p90 ${m.p90.toFixed(0)}), RSS median ${m.rss.toFixed(1)} MiB (max ${m.maxRss.toFixed(1)})`)
+console.log(`  ratio: time ${(k.ms / m.ms).toFixed(2)}, RSS ${(k.rss / m.rss).toFixed(2)}; targets: ≤ 250 ms (${k.ms <= 250 ? "met" : "NOT met"}), ≤ 80 MiB (${k.rss <= 80 ? "met" : "NOT met"})`)

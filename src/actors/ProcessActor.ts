@@ -6,10 +6,9 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as PubSub from "effect/PubSub"
 import * as Queue from "effect/Queue"
-import * as Stream from "effect/Stream"
 import { MailboxFull, ProcessExited, StdinClosed } from "../domain/Errors.js"
 import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice } from "../domain/Process.js"
-import type { BackendProcess, ExitInfo, ProcessEvent } from "../services/Backend.js"
+import { type BackendProcess, type ExitInfo, forEachEventChunk, type ProcessEvent } from "../services/Backend.js"
 import type { LiveOutput, ProcessCommandError, ProcessHandle } from "../services/Processes.js"
 import { OutputLog, type OutputSlice } from "./OutputLog.js"
 import { TerminalScreen } from "./TerminalScreen.js"
@@ -71,15 +70,15 @@ export const make = (
     const stdout = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
     const stderr = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
     // Terminal answers to an app's queries (cursor position, device attributes) go back to its stdin.
-    const replies = yield* Queue.sliding<Uint8Array>(256)
-    const screen = options.tty
+    const replies = options.tty ? yield* Queue.sliding<Uint8Array>(256) : undefined
+    const screen = options.tty && replies
       ? new TerminalScreen({
         cols: options.tty.cols,
         rows: options.tty.rows,
         respond: (bytes) => Queue.unsafeOffer(replies, bytes)
       })
       : undefined
-    if (screen) {
+    if (replies) {
       yield* Queue.take(replies).pipe(
         Effect.flatMap((bytes) => Effect.ignore(process.write(bytes))),
         Effect.forever,
@@ -98,7 +97,17 @@ export const make = (
     )
 
     // Sliding: a slow subscriber loses old live chunks (they stay in the logs), the process never waits.
-    const live = yield* Effect.acquireRelease(PubSub.sliding<LiveOutput>(1024), PubSub.shutdown)
+    // Made for the first subscriber: most processes never have one, and a PubSub costs more to make
+    // than a short process takes to run.
+    let live: PubSub.PubSub<LiveOutput> | undefined
+    yield* Effect.addFinalizer(() => live === undefined ? Effect.void : PubSub.shutdown(live))
+    const liveOutput = Effect.suspend(() =>
+      live === undefined
+        ? Effect.tap(PubSub.sliding<LiveOutput>(1024), (made) => Effect.sync(() => {
+          live = made
+        }))
+        : Effect.succeed(live)
+    )
     let subscribers = 0
     const exitDeferred = yield* Deferred.make<ExitInfo>()
     const closedDeferred = yield* Deferred.make<void>()
@@ -128,7 +137,7 @@ export const make = (
       ...(exit?.descendantsKilled ? { descendantsKilled: exit.descendantsKilled } : {})
     })
 
-    const publish = (event: LiveOutput) => subscribers > 0 ? PubSub.publish(live, event) : Effect.void
+    const publish = (event: LiveOutput) => subscribers > 0 && live !== undefined ? PubSub.publish(live, event) : Effect.void
 
     const self = yield* Deferred.make<ProcessActor>()
     const recordExit = (info: ExitInfo) =>
@@ -150,7 +159,7 @@ export const make = (
         const flush = Effect.gen(function*() {
           if (sawOutput) lastActivity = yield* Clock.currentTimeMillis
           sawOutput = false
-          if (pending.length === 0) return
+          if (pending.length === 0 || live === undefined) return
           yield* PubSub.publishAll(live, pending)
           pending = []
         })
@@ -175,8 +184,7 @@ export const make = (
         yield* flush
       })
 
-    yield* process.events.pipe(
-      Stream.runForEachChunk(onEvents),
+    yield* forEachEventChunk(process, onEvents).pipe(
       // A stream that ends without an Exit means the backend lost the process.
       Effect.zipRight(Effect.suspend(() => {
         if (exit === undefined) reason ??= LOST_PROCESS
@@ -285,9 +293,9 @@ export const make = (
       resize: (cols, rows) => Effect.suspend(() => handle({ _tag: "Resize", cols, rows })),
       read,
       subscribe: Effect.acquireRelease(
-        Effect.sync(() => subscribers++).pipe(Effect.zipRight(PubSub.subscribe(live))),
+        Effect.sync(() => subscribers++).pipe(Effect.zipRight(liveOutput)),
         () => Effect.sync(() => subscribers--)
-      ),
+      ).pipe(Effect.flatMap(PubSub.subscribe)),
       lastActivity: Effect.sync(() => lastActivity),
       totals: Effect.sync(() => ({ stdout: stdout.total, stderr: stderr.total })),
       noteReason: (why) => Effect.sync(() => {

@@ -1,8 +1,7 @@
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Stream from "effect/Stream"
 import type { ProviderError, SpawnFailed } from "../domain/Errors.js"
-import type { Connection, ExitInfo, SpawnSpec } from "../services/Backend.js"
+import { type Connection, type ExitInfo, forEachEventChunk, type SpawnSpec } from "../services/Backend.js"
 import type { RunResult } from "../services/Computers.js"
 
 /** Most stderr a helper command's result keeps. */
@@ -28,8 +27,7 @@ export const runToCompletion = (
     let err = ""
     const decoder = new TextDecoder()
     let exit: ExitInfo = { exitCode: null, signal: "SIGKILL" }
-    yield* process.events.pipe(
-      Stream.runForEachChunk((events) =>
+    yield* forEachEventChunk(process, (events) =>
         Effect.sync(() => {
           for (const event of Chunk.toReadonlyArray(events)) {
             if (event._tag === "Stdout") {
@@ -45,7 +43,6 @@ export const runToCompletion = (
             }
           }
         })
-      )
     )
     const stdout = new Uint8Array(outBytes)
     let offset = 0

@@ -194,14 +194,19 @@ export const layer = Layer.scoped(
         if (!input.background) {
           const budget = callBudget(settings, input.timeoutMs ?? settings.spawnTimeoutMs, progress)
           note = budget.note
-          const ready = matcher === undefined
-            ? Effect.never
-            : Effect.map(matchOutput(process, matcher, { stdout: 0, stderr: 0 }), (found) => {
-              match = found
-            })
-          // Races the wait, never the process: on timeout the process keeps running.
+          const exited = Effect.asVoid(process.exited)
+          // Without a pattern, nothing to race: a race forks two fibers, which costs more than `true` takes.
+          const done = matcher === undefined
+            ? exited
+            : Effect.raceFirst(
+              exited,
+              Effect.map(matchOutput(process, matcher, { stdout: 0, stderr: 0 }), (found) => {
+                match = found
+              })
+            )
+          // Times out the wait, never the process: on timeout the process keeps running.
           yield* withProgress(
-            Effect.raceFirst(Effect.asVoid(process.exited), ready).pipe(Effect.timeoutOption(Duration.millis(budget.ms))),
+            done.pipe(Effect.timeoutOption(Duration.millis(budget.ms))),
             progress,
             (ms) => `process ${process.id} running for ${Math.round(ms / 1000)} s`
           )

@@ -1,7 +1,9 @@
-import type * as Effect from "effect/Effect"
-import type * as Scope from "effect/Scope"
-import type * as Stream from "effect/Stream"
+import type * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import type { ComputerMetadata, LabelStyle } from "../domain/ComputerMetadata.js"
 import type { ProviderError, SpawnFailed, Unsupported } from "../domain/Errors.js"
 
@@ -78,12 +80,35 @@ export interface BackendProcess {
    * consumer copies what it keeps before pulling again.
    */
   readonly events: Stream.Stream<ProcessEvent>
+  /**
+   * The same events as a pull (`ProcessEvents.pull`): the next chunk, failing with None at the end.
+   * Consumers that run once per process read through `forEachEventChunk`, which prefers it: running
+   * a Stream costs more than starting a short process does. Read one or the other, never both.
+   */
+  readonly pull?: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> | undefined
   readonly write: (data: Uint8Array) => Effect.Effect<void, ProviderError>
   /** Close stdin (pipes) or send EOF (Ctrl-D) on a TTY. */
   readonly closeStdin: Effect.Effect<void, ProviderError>
   /** Deliver a signal to the process group of the process (its whole tree for a kill). */
   readonly signal: (signal: string) => Effect.Effect<void, ProviderError | Unsupported>
   readonly resize: (cols: number, rows: number) => Effect.Effect<void, ProviderError | Unsupported>
+}
+
+/**
+ * Runs `f` on each chunk of a process's events until they end: through `pull` when the backend has
+ * one (a plain loop), else the Stream. The aliasing rule holds: a chunk is valid until the next pull.
+ */
+export const forEachEventChunk = (
+  process: BackendProcess,
+  f: (events: Chunk.Chunk<ProcessEvent>) => Effect.Effect<void>
+): Effect.Effect<void> => {
+  const pull = process.pull
+  if (pull === undefined) return Stream.runForEachChunk(process.events, f)
+  const loop: Effect.Effect<void> = Effect.matchEffect(pull, {
+    onFailure: () => Effect.void,
+    onSuccess: (events) => Effect.zipRight(f(events), Effect.suspend(() => loop))
+  })
+  return loop
 }
 
 /** Provider states the kernel distinguishes; anything else is the provider's own word. */

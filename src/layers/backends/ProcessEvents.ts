@@ -93,7 +93,8 @@ export class ProcessEvents {
     this.notify()
   }
 
-  private readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> = Effect.suspend(() => {
+  /** The next chunk of events, failing with None once they ended (BackendProcess.pull). */
+  readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> = Effect.suspend(() => {
     if (this.pending.length > 0) return Effect.succeed(this.take())
     if (this.ended) return Effect.fail(Option.none())
     return Effect.async<Chunk.Chunk<ProcessEvent>, Option.Option<never>>((resume) => {

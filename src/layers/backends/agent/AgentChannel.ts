@@ -18,13 +18,20 @@ export interface AgentChannel {
 /** Read size of a FIFO channel (the agent raises the FIFO to this capacity when output is heavy). */
 const FIFO_READ = 1 << 20
 
-/** Reads an open FIFO into one reused buffer: no allocation per read. */
+/**
+ * The read buffer of every FIFO channel. One is enough: a read's chunk is handed over and consumed
+ * synchronously, before the event loop reads anything else, and consumers copy what they keep (the
+ * contract above). One per channel would hold 1 MiB per idle computer.
+ */
+let shared: Buffer | undefined
+
+/** Reads an open FIFO into the shared read buffer: no allocation per read, none per channel. */
 export const fromFifo = (fd: number): AgentChannel => {
   let socket: Socket | undefined
   let paused = false
   return {
     start: (onChunk, onEnd) => {
-      const buffer = Buffer.allocUnsafe(FIFO_READ)
+      const buffer = shared ??= Buffer.allocUnsafe(FIFO_READ)
       const onread: OnReadOpts = {
         buffer,
         callback: (n) => {

@@ -64,6 +64,7 @@ export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec) =>
     const process: BackendProcess = {
       pid,
       events: events.events,
+      pull: events.pull,
       write,
       // On a terminal, EOF is what Ctrl-D types.
       closeStdin: tty !== undefined

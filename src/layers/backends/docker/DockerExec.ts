@@ -241,6 +241,7 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
     const process: BackendProcess = {
       pid,
       events: sink.events,
+      pull: sink.pull,
       write,
       closeStdin: Effect.suspend(() => {
         // On a terminal, EOF is what Ctrl-D types.

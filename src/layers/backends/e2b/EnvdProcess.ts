@@ -261,6 +261,7 @@ export const exec = (ctx: ExecContext, spec: SpawnSpec): Effect.Effect<BackendPr
     const process: BackendProcess = {
       pid,
       events: events.events,
+      pull: events.pull,
       write: (data) =>
         tty
           ? input("write to the terminal", (signal) => sandbox.pty.sendInput(pid, data, { signal }))

@@ -83,6 +83,7 @@ export const connect = (options: {
         return {
           pid: process.pid,
           events: process.events,
+          pull: process.pull,
           write: process.write,
           closeStdin: process.closeStdin,
           signal: process.signal,

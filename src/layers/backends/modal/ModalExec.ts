@@ -56,6 +56,7 @@ export interface ModalProcess {
   readonly pid: number
   readonly tty: string | undefined
   readonly events: ProcessEvents["events"]
+  readonly pull: ProcessEvents["pull"]
   readonly write: (data: Uint8Array) => Effect.Effect<void, ProviderError>
   readonly closeStdin: Effect.Effect<void, ProviderError>
   readonly signal: (signal: string) => Effect.Effect<void, ProviderError>
@@ -225,6 +226,7 @@ export const start = (options: {
       pid: started.pid,
       tty: started.tty,
       events: events.events,
+      pull: events.pull,
       write,
       closeStdin: Effect.suspend(() => {
         if (tty) return write(new Uint8Array([4]))
