@@ -116,7 +116,7 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
 
   it.live("a machine still starting is waited for, not started again", () =>
     Effect.gen(function*() {
-      fake.bootDelayMs = 2000
+      fake.bootDelayMs = 6000 // wide enough that the machine is still starting when found, even on a loaded machine
       const labels = FlyMetadata.encode(metadata("booting", false))
       const made = yield* Effect.promise(() =>
         post("", {
