@@ -27,6 +27,7 @@ import type { ComputerMetadata, Owner } from "../domain/ComputerMetadata.js"
 import { ComputerUnavailable, type ProviderError, providerError, type SpawnFailed, Unsupported } from "../domain/Errors.js"
 import type { Backend, Connection, Instance, SpawnSpec } from "../services/Backend.js"
 import type { ComputerHandle, ComputerInfo, ProcessRequest } from "../services/Computers.js"
+import * as ComputerAudit from "./ComputerAudit.js"
 import { computerInfo } from "./ComputerInfo.js"
 import type { ProcessHandle } from "../services/Processes.js"
 import * as Tracing from "../layers/tracing/Tracing.js"
@@ -63,6 +64,8 @@ export interface ComputerActorOptions {
   readonly server: ServerIdentity
   /** How long before the provider's end of life the computer's info carries a warning. */
   readonly warnBeforeEndMs?: number | undefined
+  /** Records the lifecycle steps in the audit log. */
+  readonly audit?: ComputerAudit.LifecycleRecorder | undefined
 }
 
 /** Where the computer comes from: a new one (for a warm pool: marked pooled), or one the provider already has. */
@@ -138,6 +141,8 @@ export const make = (
     const closed = yield* Deferred.make<void>()
     const deleted = yield* Deferred.make<void>()
     const label = () => `computer ${id}`
+    /** A step's span and audit entry. */
+    const traced = ComputerAudit.lifecycle(options.audit, () => ({ computer: id, backend: backend.name, session: options.session }))
     /** What every lifecycle span of this computer says. */
     const spanned = () => ({
       [Tracing.Attr.backend]: backend.name,
@@ -202,7 +207,7 @@ export const make = (
         )
         yield* stopAll(`computer lost: ${reason}`)
         yield* disconnect
-      }).pipe(Tracing.lifecycle("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
+      }).pipe(traced("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
 
     /** Connects to the current instance: a new generation, watched for loss. */
     const connect = Effect.gen(function*() {
@@ -267,7 +272,7 @@ export const make = (
     })
 
     yield* lifecycle.withPermits(1)(open).pipe(
-      Tracing.lifecycle(origin._tag === "Create" ? "create" : "attach", () => ({
+      traced(origin._tag === "Create" ? "create" : "attach", () => ({
         ...spanned(),
         ...(origin._tag === "Create" && origin.pooled ? { "kilntainers.computer.pooled": true } : {})
       })),
@@ -292,7 +297,7 @@ export const make = (
           Effect.tap((renewed) => Effect.sync(() => {
             if (instance === current) instance = renewed
           })),
-          Tracing.lifecycle("renew", spanned, { root: true }),
+          traced("renew", spanned, { root: true }),
           Effect.catchAll((error) => Effect.logWarning(`${label()}: cannot renew its lease: ${error.message}`))
         )
       }).pipe(
@@ -319,7 +324,7 @@ export const make = (
         }
         if (!wasDeleted) state = "closed"
         yield* Deferred.succeed(closed, undefined)
-      }).pipe(Tracing.lifecycle("release", () => ({
+      }).pipe(traced("release", () => ({
         ...spanned(),
         "kilntainers.computer.release": state === "deleted" ? "none" : options.temporary ? "remove" : "suspend"
       })))
@@ -383,7 +388,7 @@ export const make = (
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
 
     /** A serialised lifecycle step: processes end first, then the provider acts, then a new connection. */
-    const step = <E>(during: ComputerState, done: string, traced: Tracing.LifecycleStep, act: Effect.Effect<void, E>) =>
+    const step = <E>(during: ComputerState, done: string, name: Tracing.LifecycleStep, act: Effect.Effect<void, E>) =>
       lifecycle.withPermits(1)(
         Effect.gen(function*() {
           if (state === "deleted" || state === "closing" || state === "closed") {
@@ -403,7 +408,7 @@ export const make = (
               }
             })
           ))
-        }).pipe(Tracing.lifecycle(traced, spanned))
+        }).pipe(traced(name, spanned))
       )
 
     const unsupported = (feature: string) => new Unsupported({ backend: backend.name, feature })
@@ -434,7 +439,7 @@ export const make = (
       Effect.tapError(() => Effect.sync(() => {
         state = "lost"
       })),
-      Tracing.lifecycle("recover", spanned)
+      traced("recover", spanned)
     ))
 
     const destroy = lifecycle.withPermits(1)(Effect.gen(function*() {
@@ -450,7 +455,7 @@ export const make = (
         state = "lost"
         why = "delete failed"
       })),
-      Tracing.lifecycle("delete", spanned)
+      traced("delete", spanned)
     ))
 
     const liveProcesses = Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
@@ -475,7 +480,7 @@ export const make = (
         id = request.id
         shared = request.shared
         owners.add(request.session)
-      }).pipe(Tracing.lifecycle("adopt", () => ({ ...spanned(), "kilntainers.computer.new_id": request.id })))).pipe(
+      }).pipe(traced("adopt", () => ({ ...spanned(), "kilntainers.computer.new_id": request.id })))).pipe(
         Effect.catchTag("ComputerUnavailable", (error) =>
           Effect.fail(providerError(backend.name, "hand out a pooled computer", "Failed", error.message))
         )

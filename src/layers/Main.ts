@@ -3,8 +3,10 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as Runtime from "effect/Runtime"
 import { type ProviderError, providerError } from "../domain/Errors.js"
+import { AuditLog } from "../services/AuditLog.js"
 import type { Backend } from "../services/Backend.js"
 import type { SettingsShape } from "../services/Settings.js"
+import type { EgressShape } from "./egress/Egress.js"
 import { serverInfo } from "./mcp/McpServer.js"
 import * as KilntainersRuntime from "./Runtime.js"
 import * as Tracing from "./tracing/Tracing.js"
@@ -23,31 +25,56 @@ const backendFrom = <M, E, R>(
   make: (module: M) => Layer.Layer<Backend, E, R>
 ): Layer.Layer<Backend, E | ProviderError, R> => Layer.unwrapEffect(Effect.map(load(name, module), make))
 
+/**
+ * The backend of host or Docker computers, with the egress proxy when `--allow-host` is set (loaded
+ * only then): its relay and what each computer needs (variables, CA bundle) go to the backend, and
+ * its connections end with the layer. Computers keep `network: false` (the startup checks refuse
+ * `--network` with `--allow-host`): the relay is their only way out.
+ */
+const withEgress = <E, R>(
+  settings: SettingsShape,
+  make: (egress: EgressShape | undefined) => Layer.Layer<Backend, E, R>
+) =>
+  settings.egress.allowHosts.length === 0
+    ? make(undefined)
+    : Layer.unwrapScoped(Effect.gen(function*() {
+      const Egress = yield* load("egress", () => import("./egress/Egress.js"))
+      const egress = yield* Egress.make({ settings: settings.egress, stateDir: settings.stateDir, audit: yield* AuditLog })
+      yield* Effect.logInfo(egress.summary)
+      return make(egress)
+    }))
+
 const missing = (backend: string, what: string) => Layer.fail(providerError(backend, "start", "Denied", `${what} is required`))
 
 const hostLayer = (settings: SettingsShape) =>
-  backendFrom("host", () => import("./backends/host/HostBackend.js"), (HostBackend) =>
-    HostBackend.layer({
-      stateDir: settings.stateDir,
-      network: settings.network,
-      sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
-      bwrap: settings.bwrapPath,
-      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu }
-    }))
+  withEgress(settings, (egress) =>
+    backendFrom("host", () => import("./backends/host/HostBackend.js"), (HostBackend) =>
+      HostBackend.layer({
+        relay: egress?.relay,
+        egress: egress?.computer,
+        stateDir: settings.stateDir,
+        network: settings.network,
+        sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
+        bwrap: settings.bwrapPath,
+        limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu }
+      })))
 
 const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
-  backendFrom("docker", () => import("./backends/docker/DockerBackend.js"), (DockerBackend) =>
-    DockerBackend.layer({
-      engine: settings.engine,
-      dockerHost: settings.dockerHost,
-      image: settings.image,
-      cpu: settings.cpu,
-      memory: settings.memory,
-      pidsLimit: settings.pidsLimit,
-      network: settings.network,
-      runFlags: settings.dockerRunFlags,
-      onPullProgress: log
-    }))
+  withEgress(settings, (egress) =>
+    backendFrom("docker", () => import("./backends/docker/DockerBackend.js"), (DockerBackend) =>
+      DockerBackend.layer({
+        relay: egress?.relay,
+        egress: egress?.computer,
+        engine: settings.engine,
+        dockerHost: settings.dockerHost,
+        image: settings.image,
+        cpu: settings.cpu,
+        memory: settings.memory,
+        pidsLimit: settings.pidsLimit,
+        network: settings.network,
+        runFlags: settings.dockerRunFlags,
+        onPullProgress: log
+      })))
 
 const flyLayer = (settings: SettingsShape) => {
   const fly = settings.fly

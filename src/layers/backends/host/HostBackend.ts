@@ -57,6 +57,7 @@ import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import { join, resolve } from "node:path"
 import type { ProviderError } from "../../../domain/Errors.js"
+import type { ComputerEgress } from "../../egress/Egress.js"
 import { Backend, type Capabilities, type Connection, type Instance } from "../../../services/Backend.js"
 import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
 import * as AgentLauncher from "../agent/AgentLauncher.js"
@@ -64,6 +65,7 @@ import * as AgentProcesses from "../agent/AgentProcesses.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
 import * as Relay from "../agent/Relay.js"
 import * as Cgroups from "./Cgroups.js"
+import * as HostTrust from "./HostTrust.js"
 import * as Launcher from "./Launcher.js"
 import * as Workspaces from "./Workspaces.js"
 
@@ -80,6 +82,8 @@ export interface HostBackendOptions {
   readonly limits?: Cgroups.HostLimits | undefined
   /** A relay port inside each computer whose connections the server serves (the egress proxy). */
   readonly relay?: Relay.RelaySettings | undefined
+  /** The egress proxy's variables for every process, and its CA bundle (HostTrust.ts). */
+  readonly egress?: ComputerEgress | undefined
 }
 
 const NAME = "host"
@@ -125,6 +129,7 @@ export const make = (options: HostBackendOptions) =>
       hostIds: launcher === undefined ? () => Effect.succeed(undefined) : launcher.hostIds
     })
     const relayArgs = options.relay === undefined ? [] : ["--relay-port", String(options.relay.port)]
+    const trust = options.egress === undefined ? [] : yield* HostTrust.binds(options.stateDir, options.egress)
 
     /** Starts the computer's sandbox and its agent, for the life of the Scope. */
     const connect = (instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
@@ -133,7 +138,7 @@ export const make = (options: HostBackendOptions) =>
         const id = record.metadata.id
         const sandbox = launcher === undefined
           ? undefined
-          : yield* launcher.prepare({ id, key: record.key, home, ids: record.ids, agentArgs: relayArgs })
+          : yield* launcher.prepare({ id, key: record.key, home, ids: record.ids, agentArgs: relayArgs, binds: trust })
         const lost = yield* Deferred.make<string>()
         // Outside the sandbox's mounts: processes inside cannot reach the agent's output channel.
         const channel = join(dir, "agent.fifo")
@@ -170,7 +175,8 @@ export const make = (options: HostBackendOptions) =>
       restart: workspaces.start,
       remove: workspaces.remove,
       // Unsandboxed, processes see the workspace's host path, which a rename would pull away.
-      adopt: sandboxed ? workspaces.adopt : undefined
+      adopt: sandboxed ? workspaces.adopt : undefined,
+      environment: options.egress?.env
     })
   })
 

@@ -97,6 +97,8 @@ export interface ComputerSandbox {
   readonly home: string
   readonly ids: HostIds | undefined
   readonly agentArgs: ReadonlyArray<string>
+  /** More host paths it sees (the egress CA bundle), bound after the /etc view. */
+  readonly binds?: ReadonlyArray<Bind> | undefined
 }
 
 /** Starts computers' sandboxes for the host backend. */
@@ -175,7 +177,8 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
               cgroups: dirs,
               binds: [
                 { source: computer.home, dest: SANDBOX_HOME, mode: "read-write" },
-                { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" }
+                { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" },
+                ...(computer.binds ?? [])
               ],
               nproc,
               cwd: SANDBOX_HOME,
