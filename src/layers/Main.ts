@@ -1,4 +1,5 @@
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as Runtime from "effect/Runtime"
@@ -6,6 +7,7 @@ import { type ProviderError, providerError } from "../domain/Errors.js"
 import { AuditLog } from "../services/AuditLog.js"
 import type { Backend } from "../services/Backend.js"
 import type { SettingsShape } from "../services/Settings.js"
+import * as CloudEgress from "./egress/CloudEgress.js"
 import type { EgressShape } from "./egress/Egress.js"
 import { serverInfo } from "./mcp/McpServer.js"
 import * as KilntainersRuntime from "./Runtime.js"
@@ -102,8 +104,11 @@ const e2bLayer = (settings: SettingsShape) => {
   const e2b = settings.e2b
   const apiKey = e2b.apiKey
   if (apiKey === undefined) return missing("e2b", "an API key in E2B_API_KEY (or --e2b-api-key)")
+  const network = CloudEgress.e2bNetwork(settings.egress)
+  if (Either.isLeft(network)) return Layer.fail(providerError("e2b", "start", "Invalid", network.left))
   return backendFrom("e2b", () => import("./backends/e2b/E2BBackend.js"), (E2BBackend) =>
     E2BBackend.layer({
+      network: network.right,
       apiKey,
       template: e2b.template,
       sandboxTimeoutSec: e2b.sandboxTimeoutSec,
@@ -117,9 +122,12 @@ const e2bLayer = (settings: SettingsShape) => {
     }))
 }
 
-const modalLayer = (settings: SettingsShape) =>
-  backendFrom("modal", () => import("./backends/modal/ModalBackend.js"), (ModalBackend) =>
+const modalLayer = (settings: SettingsShape) => {
+  const outbound = CloudEgress.modalOutbound(settings.egress)
+  if (Either.isLeft(outbound)) return Layer.fail(providerError("modal", "start", "Invalid", outbound.left))
+  return backendFrom("modal", () => import("./backends/modal/ModalBackend.js"), (ModalBackend) =>
     ModalBackend.layer({
+      outbound: outbound.right,
       tokenId: settings.modal.tokenId,
       tokenSecret: settings.modal.tokenSecret,
       appName: settings.modal.appName,
@@ -131,6 +139,7 @@ const modalLayer = (settings: SettingsShape) =>
       sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
       network: settings.network
     }))
+}
 
 const wasmLayer = (settings: SettingsShape, mode: "module" | "toolset") =>
   backendFrom("wasm", () => import("./backends/wasm/WasmBackend.js"), (WasmBackend) =>

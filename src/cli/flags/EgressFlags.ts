@@ -13,7 +13,8 @@ export const egressFlags = {
     group: "egress options",
     metavar: "PATTERN",
     alsoFrom: ["KILNTAINERS_ALLOW_HOSTS", "SANDBOX_ALLOWED_DOMAINS"],
-    backends: ["host", "docker"],
+    // e2b and modal: enforced by the provider (CloudEgress.ts).
+    backends: ["host", "docker", "e2b", "modal"],
     each: (item) => problem(HostPattern.parse(item)),
     help: "Computers reach only these hosts, via the server's proxy: example.com, *.example.com, :PORT, * (all); " +
       "repeatable, or a comma list"
@@ -29,7 +30,7 @@ export const egressFlags = {
   egressHeader: Flag.list("egress-header", {
     group: "egress options",
     metavar: "RULE",
-    backends: ["host", "docker"],
+    backends: ["host", "docker", "e2b"],
     each: (item) => problem(EgressPolicy.parseHeaderRule(item)),
     help: "PATTERN:HEADER=ENV_VAR: requests to PATTERN get HEADER set to the server's $ENV_VAR, never seen in a " +
       "computer; repeatable"
