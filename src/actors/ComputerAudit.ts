@@ -47,7 +47,7 @@ const detailOf = (step: Tracing.LifecycleStep, attributes: Tracing.Attributes): 
 
 /**
  * `Tracing.lifecycle`, plus the step's audit entry when `record` is given. Interrupted steps (the
- * server shutting down) and lease renewals are not recorded.
+ * server shutting down), lease renewals and the release of a deleted computer are not recorded.
  */
 export const lifecycle = (record: LifecycleRecorder | undefined, facts: () => ComputerFacts) =>
   (step: Tracing.LifecycleStep, attributes: () => Tracing.Attributes, options: { readonly root?: boolean } = {}) =>
@@ -55,18 +55,22 @@ export const lifecycle = (record: LifecycleRecorder | undefined, facts: () => Co
     const traced = Tracing.lifecycle(step, attributes, options)(effect)
     const event = EVENTS[step]
     if (record === undefined || event === undefined) return traced
-    const before = attributes()
-    return traced.pipe(Effect.onExit((exit) => {
-      if (Exit.isInterrupted(exit)) return Effect.void
-      const now = facts()
-      const detail = Exit.isFailure(exit) ? failureText(exit.cause) : detailOf(step, before)
-      return record({
-        type: "computer",
-        event,
-        computer: now.computer,
-        backend: now.backend,
-        ...(step === "create" || step === "attach" ? (now.session === "" ? {} : { session: now.session }) : {}),
-        ...(detail === undefined || detail === "" ? {} : { detail })
-      })
-    }))
+    // The facts as the step starts (the span reads them then too): an adoption renames the computer.
+    return Effect.suspend(() => {
+      const before = attributes()
+      return traced.pipe(Effect.onExit((exit) => {
+        // A deleted computer's scope closing releases nothing: "deleted" said it all.
+        if (Exit.isInterrupted(exit) || (step === "release" && before["kilntainers.computer.release"] === "none")) return Effect.void
+        const now = facts()
+        const detail = Exit.isFailure(exit) ? failureText(exit.cause) : detailOf(step, before)
+        return record({
+          type: "computer",
+          event,
+          computer: now.computer,
+          backend: now.backend,
+          ...(step === "create" || step === "attach" ? (now.session === "" ? {} : { session: now.session }) : {}),
+          ...(detail === undefined || detail === "" ? {} : { detail })
+        })
+      }))
+    })
   }
