@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,10 @@ void relay_accept(void) {
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     if (live_streams >= RELAY_MAX_STREAMS) { close(fd); continue; }
+    /* Each frame's bytes go out at once: with Nagle, a TLS handshake's small writes to the client
+       wait for its delayed ACK (about 40 ms per round). */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct stream *s = calloc(1, sizeof *s);
     if (!s) { close(fd); continue; }
     s->id = next_stream_id++;

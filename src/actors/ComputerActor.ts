@@ -25,6 +25,7 @@ import type { ComputerMetadata } from "../domain/ComputerMetadata.js"
 import { ComputerUnavailable, type ProviderError, providerError, Unsupported } from "../domain/Errors.js"
 import type { Backend, Connection, Instance, SpawnSpec } from "../services/Backend.js"
 import type { ProcessRequest } from "../services/Computers.js"
+import * as ComputerAudit from "./ComputerAudit.js"
 import { computerInfo } from "./ComputerInfo.js"
 import * as ExternalComputer from "./ExternalComputer.js"
 import * as Tracing from "../layers/tracing/Tracing.js"
@@ -70,6 +71,8 @@ export const make = (
     const closed = yield* Deferred.make<void>()
     const deleted = yield* Deferred.make<void>()
     const label = () => `computer ${id}`
+    /** A step's span and audit entry. */
+    const traced = ComputerAudit.lifecycle(options.audit, () => ({ computer: id, backend: backend.name, session: options.session }))
     /** What every lifecycle span of this computer says. */
     const spanned = () => ({
       [Tracing.Attr.backend]: backend.name,
@@ -100,7 +103,7 @@ export const make = (
         yield* Effect.logWarning(`${label()} was lost: ${reason}`)
         yield* processes.lost(reason)
         yield* disconnect
-      }).pipe(Tracing.lifecycle("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
+      }).pipe(traced("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
 
     /** Connects to the current instance: a new generation, watched for loss. */
     const connect = Effect.gen(function*() {
@@ -165,7 +168,7 @@ export const make = (
     })
 
     yield* lifecycle.withPermits(1)(open).pipe(
-      Tracing.lifecycle(origin._tag === "Create" ? "create" : "attach", () => ({
+      traced(origin._tag === "Create" ? "create" : "attach", () => ({
         ...spanned(),
         ...(origin._tag === "Create" && origin.pooled ? { "kilntainers.computer.pooled": true } : {})
       })),
@@ -208,7 +211,7 @@ export const make = (
         }
         if (!wasDeleted) state = "closed"
         yield* Deferred.succeed(closed, undefined)
-      }).pipe(Tracing.lifecycle("release", () => ({
+      }).pipe(traced("release", () => ({
         ...spanned(),
         "kilntainers.computer.release": state === "deleted" ? "none" : options.temporary ? "remove" : "suspend"
       })))
@@ -226,7 +229,7 @@ export const make = (
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
 
     /** A serialised lifecycle step: processes end first, then the provider acts, then a new connection. */
-    const step = <E>(during: ComputerState, done: string, traced: Tracing.LifecycleStep, act: Effect.Effect<void, E>) =>
+    const step = <E>(during: ComputerState, done: string, name: Tracing.LifecycleStep, act: Effect.Effect<void, E>) =>
       lifecycle.withPermits(1)(
         Effect.gen(function*() {
           if (state === "deleted" || state === "closing" || state === "closed") {
@@ -246,7 +249,7 @@ export const make = (
               }
             })
           ))
-        }).pipe(Tracing.lifecycle(traced, spanned))
+        }).pipe(traced(name, spanned))
       )
 
     const unsupported = (feature: string) => new Unsupported({ backend: backend.name, feature })
@@ -281,7 +284,7 @@ export const make = (
       Effect.tapError(() => Effect.sync(() => {
         state = "lost"
       })),
-      Tracing.lifecycle("recover", spanned)
+      traced("recover", spanned)
     ))
 
     const destroy = unlessExternal("delete", lifecycle.withPermits(1)(Effect.gen(function*() {
@@ -297,7 +300,7 @@ export const make = (
         state = "lost"
         why = "delete failed"
       })),
-      Tracing.lifecycle("delete", spanned)
+      traced("delete", spanned)
     )))
 
     const liveProcesses = processes.running
@@ -320,7 +323,7 @@ export const make = (
         id = request.id
         shared = request.shared
         owners.add(request.session)
-      }).pipe(Tracing.lifecycle("adopt", () => ({ ...spanned(), "kilntainers.computer.new_id": request.id })))).pipe(
+      }).pipe(traced("adopt", () => ({ ...spanned(), "kilntainers.computer.new_id": request.id })))).pipe(
         Effect.catchTag("ComputerUnavailable", (error) =>
           Effect.fail(providerError(backend.name, "hand out a pooled computer", "Failed", error.message))
         )

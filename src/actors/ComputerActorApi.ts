@@ -3,6 +3,7 @@ import type * as Effect from "effect/Effect"
 import type { Owner } from "../domain/ComputerMetadata.js"
 import type { ComputerUnavailable, ProviderError, Unsupported } from "../domain/Errors.js"
 import type { Instance } from "../services/Backend.js"
+import type * as ComputerAudit from "./ComputerAudit.js"
 import type { ComputerHandle, ComputerInfo } from "../services/Computers.js"
 
 export type ComputerState =
@@ -35,6 +36,8 @@ export interface ComputerActorOptions {
   readonly server: ServerIdentity
   /** How long before the provider's end of life the computer's info carries a warning. */
   readonly warnBeforeEndMs?: number | undefined
+  /** Records the lifecycle steps in the audit log. */
+  readonly audit?: ComputerAudit.LifecycleRecorder | undefined
 }
 
 /** Where the computer comes from: a new one (for a warm pool: marked pooled), or one the provider already has. */

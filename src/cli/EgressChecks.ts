@@ -18,12 +18,11 @@ import type { ResolvedFlags } from "./ResolvedFlags.js"
 
 const refuse = (message: string) => Effect.fail(new ConfigRefused({ message }))
 
-/** Backends that carry the allowlist, and why the others cannot (yet). */
+/** Backends that carry the allowlist through our proxy, those whose provider enforces it, and why the others cannot. */
 const ENFORCED = new Set(["host", "docker"])
+const PROVIDER_ENFORCED = new Set(["e2b", "modal"])
 const WHY_NOT: Record<string, string> = {
   fly: "Fly Machines have no egress controls kilntainers can set",
-  e2b: "mapping it onto E2B's network rules is not wired yet",
-  modal: "mapping it onto Modal's CIDR allowlist is not wired yet",
   wasm: "WASM computers have no network at all",
   toolset: "toolset computers have no network at all"
 }
@@ -65,6 +64,16 @@ export const egressChecks = (resolved: ResolvedFlags, choice: BackendChoice, set
     const policy = EgressPolicy.make({ allow: egress.allowHosts, pins: egress.resolve, headers: egress.headers.map((h) => ({ spec: h.rule, value: h.value })) })
     if (Either.isLeft(policy)) return yield* refuse(policy.left)
     const everything = policy.right.allow.length === 1 && policy.right.allow[0]!.text === "*" && extras.length === 0
+    if (PROVIDER_ENFORCED.has(choice.backend)) {
+      if (values.network) {
+        return yield* refuse("--network gives computers direct network access, which --allow-host takes away: use one or the other")
+      }
+      const cloud = yield* Effect.promise(() => import("../layers/egress/CloudEgress.js"))
+      const mapped: Either.Either<unknown, string> = choice.backend === "e2b" ? cloud.e2bNetwork(egress) : cloud.modalOutbound(egress)
+      if (Either.isLeft(mapped)) return yield* refuse(`${mapped.left} (--backend ${choice.backend}); use --backend host or docker for the full egress proxy`)
+      if (mapped.right === undefined) warnings.push(`--allow-host '*' has no effect on --backend ${choice.backend}: its own network settings apply`)
+      return warnings
+    }
     if (!ENFORCED.has(choice.backend)) {
       if (everything) {
         warnings.push(`--allow-host '*' has no effect on --backend ${choice.backend}: its own network settings apply`)

@@ -1,6 +1,7 @@
 /**
  * The environment every process starts with. The server's own environment (and its secrets) is
- * never inherited: processes get this allowlist, then --env values, then what the call sets.
+ * never inherited: processes get this allowlist, then the backend's own variables (the egress
+ * proxy's), then --env values, then what the call sets.
  */
 export const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -26,6 +27,8 @@ export interface EnvironmentOptions {
   readonly home: string
   readonly shell: string
   readonly tty: boolean
+  /** The backend's variables for every process (`Backend.environment`: the egress proxy and CA bundle). */
+  readonly backend?: Readonly<Record<string, string>> | undefined
   readonly server: Readonly<Record<string, string>>
   readonly call: Readonly<Record<string, string>> | undefined
 }
@@ -37,6 +40,7 @@ export const processEnvironment = (options: EnvironmentOptions): Record<string, 
   LANG: "C.UTF-8",
   LC_ALL: "C.UTF-8",
   ...(options.tty ? { TERM: "xterm-256color", COLORTERM: "truecolor" } : nonInteractive),
+  ...options.backend,
   ...options.server,
   ...options.call
 })

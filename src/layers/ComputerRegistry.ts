@@ -15,6 +15,7 @@ import * as Scope from "effect/Scope"
 import * as ComputerActor from "../actors/ComputerActor.js"
 import { computerIdPattern, computerIdProblem, generateComputerId } from "../domain/ComputerIds.js"
 import { AccessDenied, ComputerNotFound, InvalidInput, type ProviderError, Unsupported } from "../domain/Errors.js"
+import { AuditLog } from "../services/AuditLog.js"
 import { Backend, type Instance } from "../services/Backend.js"
 import { type ComputerInfo, type ComputerRequest, Computers } from "../services/Computers.js"
 import { ServerIdentity } from "../services/ServerIdentity.js"
@@ -48,6 +49,7 @@ export const layer = Layer.scoped(
     const backend = tracedBackend(yield* Backend)
     const settings = yield* Settings
     const server = yield* ServerIdentity
+    const audit = Option.getOrUndefined(yield* Effect.serviceOption(AuditLog))?.record
     const root = yield* Effect.scope
     const entries = new Map<string, Entry>()
     const sessionDefaults = new Map<string, string>()
@@ -75,7 +77,8 @@ export const layer = Layer.scoped(
           session,
           incarnation: ++incarnations,
           killGraceMs: settings.killGraceMs,
-          server
+          server,
+          audit
         }, origin).pipe(Scope.extend(scope))
         return { actor, scope }
       })

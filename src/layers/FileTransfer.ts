@@ -2,6 +2,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { processEnvironment } from "../domain/Environment.js"
 import { FileNotFound, InvalidInput, providerError, Unsupported } from "../domain/Errors.js"
+import { AuditLog } from "../services/AuditLog.js"
 import { Backend } from "../services/Backend.js"
 import { type ComputerHandle, Computers } from "../services/Computers.js"
 import { type FileReadInput, Files, type FileWriteInput } from "../services/Files.js"
@@ -32,11 +33,20 @@ export const layer = Layer.effect(
   Effect.gen(function*() {
     const computers = yield* Computers
     const settings = yield* Settings
+    const backend = yield* Backend
+    const audit = yield* Effect.serviceOption(AuditLog)
 
     const spec = (computer: ComputerHandle, argv: ReadonlyArray<string>) => ({
       argv,
       cwd: computer.home,
-      env: processEnvironment({ home: computer.home, shell: settings.shell, tty: false, server: settings.env, call: undefined })
+      env: processEnvironment({
+        home: computer.home,
+        shell: settings.shell,
+        tty: false,
+        backend: backend.environment,
+        server: settings.env,
+        call: undefined
+      })
     })
 
     const checkPath = (path: string) =>
@@ -52,7 +62,6 @@ export const layer = Layer.effect(
       return providerError(computer.backendName, what, "Failed", `exit ${exitCode}${said === "" ? "" : `: ${said}`}`)
     }
 
-    const backend = yield* Backend
     const filesSupported = backend.capabilities.files
       ? Effect.void
       : Effect.fail(new Unsupported({ backend: backend.name, feature: "file_read and file_write (use sandbox_exec with cat)" }))
@@ -105,6 +114,16 @@ export const layer = Layer.effect(
         const argv = ["sh", "-c", writeScript, "sh", input.path, input.append ? "append" : "replace", input.mode ?? ""]
         const result = yield* computer.run(spec(computer, argv), data, 0)
         if (result.exit.exitCode !== 0) return yield* failure(computer, "write the file", input.path, result.stderr, result.exit.exitCode)
+        if (audit._tag === "Some") {
+          yield* audit.value.record({
+            type: "file.written",
+            ...(session === "" ? {} : { session }),
+            computer: computer.id,
+            path: input.path,
+            bytes: data.length,
+            ...(input.append ? { append: true } : {})
+          })
+        }
         return { computer_id: computer.id, path: input.path, bytes: data.length }
       })
 

@@ -1,10 +1,14 @@
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as Runtime from "effect/Runtime"
 import { type ProviderError, providerError } from "../domain/Errors.js"
+import { AuditLog } from "../services/AuditLog.js"
 import type { Backend } from "../services/Backend.js"
 import type { SettingsShape } from "../services/Settings.js"
+import * as CloudEgress from "./egress/CloudEgress.js"
+import type { EgressShape } from "./egress/Egress.js"
 import { serverInfo } from "./mcp/McpServer.js"
 import * as KilntainersRuntime from "./Runtime.js"
 import * as Tracing from "./tracing/Tracing.js"
@@ -23,34 +27,59 @@ const backendFrom = <M, E, R>(
   make: (module: M) => Layer.Layer<Backend, E, R>
 ): Layer.Layer<Backend, E | ProviderError, R> => Layer.unwrapEffect(Effect.map(load(name, module), make))
 
+/**
+ * The backend of host or Docker computers, with the egress proxy when `--allow-host` is set (loaded
+ * only then): its relay and what each computer needs (variables, CA bundle) go to the backend, and
+ * its connections end with the layer. Computers keep `network: false` (the startup checks refuse
+ * `--network` with `--allow-host`): the relay is their only way out.
+ */
+const withEgress = <E, R>(
+  settings: SettingsShape,
+  make: (egress: EgressShape | undefined) => Layer.Layer<Backend, E, R>
+) =>
+  settings.egress.allowHosts.length === 0
+    ? make(undefined)
+    : Layer.unwrapScoped(Effect.gen(function*() {
+      const Egress = yield* load("egress", () => import("./egress/Egress.js"))
+      const egress = yield* Egress.make({ settings: settings.egress, stateDir: settings.stateDir, audit: yield* AuditLog })
+      yield* Effect.logInfo(egress.summary)
+      return make(egress)
+    }))
+
 const missing = (backend: string, what: string) => Layer.fail(providerError(backend, "start", "Denied", `${what} is required`))
 
 const hostLayer = (settings: SettingsShape) =>
-  backendFrom("host", () => import("./backends/host/HostBackend.js"), (HostBackend) =>
-    HostBackend.layer({
-      stateDir: settings.stateDir,
-      network: settings.network,
-      sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
-      bwrap: settings.bwrapPath,
-      limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu },
-      filesystem: settings.filesystem
-    }))
+  withEgress(settings, (egress) =>
+    backendFrom("host", () => import("./backends/host/HostBackend.js"), (HostBackend) =>
+      HostBackend.layer({
+        relay: egress?.relay,
+        egress: egress?.computer,
+        stateDir: settings.stateDir,
+        network: settings.network,
+        sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
+        bwrap: settings.bwrapPath,
+        limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu },
+        filesystem: settings.filesystem
+      })))
 
 const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
-  backendFrom("docker", () => import("./backends/docker/DockerBackend.js"), (DockerBackend) =>
-    DockerBackend.layer({
-      engine: settings.engine,
-      dockerHost: settings.dockerHost,
-      image: settings.image,
-      cpu: settings.cpu,
-      memory: settings.memory,
-      pidsLimit: settings.pidsLimit,
-      network: settings.network,
-      runFlags: settings.dockerRunFlags,
-      onPullProgress: log,
-      filesystem: settings.filesystem,
-      adoptContainer: settings.dockerContainer
-    }))
+  withEgress(settings, (egress) =>
+    backendFrom("docker", () => import("./backends/docker/DockerBackend.js"), (DockerBackend) =>
+      DockerBackend.layer({
+        relay: egress?.relay,
+        egress: egress?.computer,
+        engine: settings.engine,
+        dockerHost: settings.dockerHost,
+        image: settings.image,
+        cpu: settings.cpu,
+        memory: settings.memory,
+        pidsLimit: settings.pidsLimit,
+        network: settings.network,
+        runFlags: settings.dockerRunFlags,
+        onPullProgress: log,
+        filesystem: settings.filesystem,
+        adoptContainer: settings.dockerContainer
+      })))
 
 const flyLayer = (settings: SettingsShape) => {
   const fly = settings.fly
@@ -78,8 +107,11 @@ const e2bLayer = (settings: SettingsShape) => {
   const e2b = settings.e2b
   const apiKey = e2b.apiKey
   if (apiKey === undefined) return missing("e2b", "an API key in E2B_API_KEY (or --e2b-api-key)")
+  const network = CloudEgress.e2bNetwork(settings.egress)
+  if (Either.isLeft(network)) return Layer.fail(providerError("e2b", "start", "Invalid", network.left))
   return backendFrom("e2b", () => import("./backends/e2b/E2BBackend.js"), (E2BBackend) =>
     E2BBackend.layer({
+      network: network.right,
       apiKey,
       template: e2b.template,
       sandboxTimeoutSec: e2b.sandboxTimeoutSec,
@@ -93,9 +125,12 @@ const e2bLayer = (settings: SettingsShape) => {
     }))
 }
 
-const modalLayer = (settings: SettingsShape) =>
-  backendFrom("modal", () => import("./backends/modal/ModalBackend.js"), (ModalBackend) =>
+const modalLayer = (settings: SettingsShape) => {
+  const outbound = CloudEgress.modalOutbound(settings.egress)
+  if (Either.isLeft(outbound)) return Layer.fail(providerError("modal", "start", "Invalid", outbound.left))
+  return backendFrom("modal", () => import("./backends/modal/ModalBackend.js"), (ModalBackend) =>
     ModalBackend.layer({
+      outbound: outbound.right,
       tokenId: settings.modal.tokenId,
       tokenSecret: settings.modal.tokenSecret,
       appName: settings.modal.appName,
@@ -107,6 +142,7 @@ const modalLayer = (settings: SettingsShape) =>
       sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
       network: settings.network
     }))
+}
 
 const wasmLayer = (settings: SettingsShape, mode: "module" | "toolset") =>
   backendFrom("wasm", () => import("./backends/wasm/WasmBackend.js"), (WasmBackend) =>

@@ -17,6 +17,7 @@ import { envProblem, processEnvironment } from "../domain/Environment.js"
 import { InvalidInput, ProcessExited, ProcessNotFound, Unsupported } from "../domain/Errors.js"
 import type { ProcessInfo } from "../domain/Process.js"
 import { normalizeSignal } from "../domain/Signals.js"
+import { AuditLog } from "../services/AuditLog.js"
 import { Backend } from "../services/Backend.js"
 import { type ComputerHandle, Computers } from "../services/Computers.js"
 import {
@@ -34,6 +35,7 @@ import {
 } from "../services/Processes.js"
 import { Settings } from "../services/Settings.js"
 import * as Exec from "./processes/Exec.js"
+import * as ProcessAudit from "./processes/ProcessAudit.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
 import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
 
@@ -55,6 +57,7 @@ export const layer = Layer.scoped(
     const computers = yield* Computers
     const backend = yield* Backend
     const layerScope = yield* Effect.scope
+    const audit = ProcessAudit.make(yield* Effect.serviceOption(AuditLog))
     const registry = new Map<string, Entry>()
     const finished: Array<string> = []
     /** Incarnations whose end is watched: a deleted computer's processes leave every listing. */
@@ -110,6 +113,7 @@ export const layer = Layer.scoped(
     }
 
     const start = (
+      session: string,
       computer: ComputerHandle,
       request: {
         readonly command: string
@@ -122,16 +126,29 @@ export const layer = Layer.scoped(
     ) =>
       Effect.gen(function*() {
         const id = `p${++counter}`
+        const cwd = resolveCwd(computer, request.cwd)
+        const audited: ProcessAudit.StartedProcess = {
+          session,
+          computer: computer.id,
+          pid: id,
+          command: request.command,
+          argv: request.argv,
+          cwd,
+          tty: request.tty !== undefined,
+          shell: request.argv.length === 3 && request.argv[0] === settings.shell && request.argv[1] === "-c"
+        }
+        yield* audit.started(audited)
         const process = yield* computer.spawn({
           id,
           command: request.command,
           spec: {
             argv: request.argv,
-            cwd: resolveCwd(computer, request.cwd),
+            cwd,
             env: processEnvironment({
               home: computer.home,
               shell: settings.shell,
               tty: request.tty !== undefined,
+              backend: backend.environment,
               server: settings.env,
               call: request.env
             }),
@@ -140,8 +157,8 @@ export const layer = Layer.scoped(
           headBytes: Math.max(settings.headBytes, request.retainBytes ?? 0),
           tailBytes: Math.max(settings.tailBytes, request.retainBytes ?? 0),
           mailboxCapacity: settings.mailboxCapacity,
-          onExit
-        })
+          onExit: (ended) => Effect.zipRight(onExit(ended), audit.ended(ended, session))
+        }).pipe(Effect.tapError((error) => audit.failed(audited, error.message)))
         registry.set(id, { process, computer })
         yield* watch(computer)
         return process
@@ -182,7 +199,7 @@ export const layer = Layer.scoped(
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
         }
         const computer = yield* computers.resolve(session, input)
-        const process = yield* start(computer, {
+        const process = yield* start(session, computer, {
           command: input.command,
           argv: [settings.shell, "-c", input.command],
           cwd: input.cwd,
@@ -231,7 +248,7 @@ export const layer = Layer.scoped(
         const checked = yield* Exec.plan(settings, input)
         const began = yield* Clock.currentTimeMillis
         const computer = yield* computers.resolve(session, input)
-        const process = yield* start(computer, {
+        const process = yield* start(session, computer, {
           command: checked.command ?? checked.argv!.join(" "),
           argv: checked.argv ?? [settings.shell, "-c", checked.command!],
           cwd: checked.cwd,

@@ -2,12 +2,14 @@ import * as Layer from "effect/Layer"
 import type { Backend } from "../services/Backend.js"
 import { Settings, type SettingsShape } from "../services/Settings.js"
 import * as ComputerRegistry from "./ComputerRegistry.js"
+import * as AuditLog from "./egress/AuditLog.js"
 import * as FileTransfer from "./FileTransfer.js"
 import * as ProcessOwner from "./ProcessOwner.js"
 import * as ProcessSupervisor from "./ProcessSupervisor.js"
 
 /**
- * The runtime (Processes, Computers and Files) over a backend, with the Settings it was built from.
+ * The runtime (Processes, Computers and Files) over a backend, with the Settings it was built from
+ * and the audit log (`--audit-log`; in memory only without it), which the backend may use too.
  * `instanceId` names this server on the computers it creates (random when absent).
  */
 export const layer = <E, R>(settings: SettingsShape, backend: Layer.Layer<Backend, E, R>, instanceId?: string) =>
@@ -15,5 +17,6 @@ export const layer = <E, R>(settings: SettingsShape, backend: Layer.Layer<Backen
     Layer.provideMerge(ComputerRegistry.layer),
     Layer.provideMerge(ProcessOwner.layer(instanceId)),
     Layer.provideMerge(backend),
+    Layer.provideMerge(AuditLog.layer),
     Layer.provideMerge(Layer.succeed(Settings, settings))
   )

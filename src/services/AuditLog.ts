@@ -38,11 +38,13 @@ export interface FileWritten extends Attribution {
   readonly type: "file.written"
   readonly path: string
   readonly bytes: number
+  /** Appended to the file rather than replacing it. */
+  readonly append?: boolean | undefined
 }
 
 export interface ComputerEvent extends Attribution {
   readonly type: "computer"
-  readonly event: "created" | "attached" | "restarted" | "reset" | "deleted" | "lost" | "released"
+  readonly event: "created" | "attached" | "recovered" | "adopted" | "restarted" | "reset" | "deleted" | "lost" | "released"
   readonly backend?: string | undefined
   readonly detail?: string | undefined
 }

@@ -188,4 +188,10 @@ export class Backend extends Context.Tag("kilntainers/services/Backend")<Backend
   /** A permanent computer is released by its last holder (E2B pauses it; most do nothing). */
   readonly suspend?: ((instance: Instance) => Effect.Effect<void, ProviderError>) | undefined
   readonly renewal?: Renewal | undefined
+  /**
+   * Variables every process of this backend's computers gets, after the defaults and before
+   * `--env` and the call's own (host and Docker with an egress allowlist: the proxy and the CA
+   * bundle). Never a secret: processes may print it.
+   */
+  readonly environment?: Readonly<Record<string, string>> | undefined
 }>() {}

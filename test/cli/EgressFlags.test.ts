@@ -83,7 +83,7 @@ describe("the egress flags", () => {
 
   it.effect("refuse what cannot be enforced: other backends, --network, no sandbox, extras without a list", () =>
     Effect.gen(function*() {
-      for (const backend of ["fly", "e2b", "modal", "wasm", "toolset"]) {
+      for (const backend of ["fly", "wasm", "toolset"]) {
         const env = { FLY_API_TOKEN: "t", E2B_API_KEY: "k" }
         const message = yield* refused(["--backend", backend, "--allow-host", "pypi.org", "--fly-app", "a", "--wasm-path", "/bin/true"], env)
         assert.include(message, `--allow-host cannot be enforced on --backend ${backend}`, backend)
@@ -93,6 +93,27 @@ describe("the egress flags", () => {
       assert.include(yield* refused(["--backend", "host", "--allow-host", "pypi.org", "--network"]), "use one or the other")
       assert.include(yield* refused(["--backend", "host", "--allow-host", "pypi.org", "--unsafe-no-sandbox"]), "--unsafe-no-sandbox")
       assert.include(yield* refused(["--backend", "host", "--egress-resolve", "a.test=10.0.0.1"]), "--egress-resolve needs --allow-host")
+    }))
+
+  it.effect("accept on E2B and Modal what their own egress rules carry, and refuse the rest with the reason", () =>
+    Effect.gen(function*() {
+      const e2b = { E2B_API_KEY: "k", GH_AUTH: "Bearer ghp_x" }
+      const allowed = yield* accepted(
+        ["--backend", "e2b", "--allow-host", "pypi.org,*.github.com", "--egress-header", "api.github.com:Authorization=GH_AUTH"],
+        e2b
+      )
+      assert.deepStrictEqual(allowed.settings.egress.allowHosts, ["pypi.org", "*.github.com"])
+      assert.isFalse(allowed.warnings.some((warning) => /--(allow-host|egress-header) does not apply/.test(warning)), allowed.warnings.join("; "))
+      yield* accepted(["--backend", "modal", "--allow-host", "pypi.org,10.0.0.5"])
+      assert.include(yield* refused(["--backend", "e2b", "--allow-host", "pypi.org:8443"], e2b), "E2B's egress rules cannot restrict a port")
+      assert.include(yield* refused(["--backend", "modal", "--allow-host", "pypi.org", "--egress-resolve", "pypi.org=10.0.0.1"]), "--egress-resolve cannot be carried by Modal")
+      assert.include(
+        yield* refused(["--backend", "modal", "--allow-host", "api.github.com", "--egress-header", "api.github.com:Authorization=GH_AUTH"], e2b),
+        "--egress-header cannot be carried by Modal"
+      )
+      assert.include(yield* refused(["--backend", "e2b", "--allow-host", "pypi.org", "--network"], e2b), "use one or the other")
+      const star = yield* accepted(["--backend", "modal", "--allow-host", "*"])
+      assert.isTrue(star.warnings.some((warning) => warning.includes("--allow-host '*' has no effect on --backend modal")))
     }))
 
   it.effect("check the upstream CA files and the audit log's place and size", () =>

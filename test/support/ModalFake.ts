@@ -280,7 +280,9 @@ export class ModalFake {
   private async schedule(sandbox: FakeSandbox) {
     if (this.schedulingDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.schedulingDelayMs))
     if (sandbox.state !== "pending") return
-    const blockNetwork = sandbox.definition["networkAccess"]?.["networkAccessType"] === 2
+    // BLOCKED (2), and ALLOWLIST (3), which offline can only fail closed: nothing is reachable.
+    const access = sandbox.definition["networkAccess"]?.["networkAccessType"]
+    const blockNetwork = access === 2 || access === 3
     const started = await startSandbox(join(this.root, sandbox.sandboxId), blockNetwork)
     if (sandbox.state !== "pending") {
       started.child.kill("SIGKILL")

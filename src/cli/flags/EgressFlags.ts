@@ -13,7 +13,8 @@ export const egressFlags = {
     group: "egress options",
     metavar: "PATTERN",
     alsoFrom: ["KILNTAINERS_ALLOW_HOSTS", "SANDBOX_ALLOWED_DOMAINS"],
-    backends: ["host", "docker"],
+    // e2b and modal: enforced by the provider (CloudEgress.ts).
+    backends: ["host", "docker", "e2b", "modal"],
     each: (item) => problem(HostPattern.parse(item)),
     help: "Reach only these hosts, via our proxy: x.com, *.x.com, :PORT, *"
   }),
@@ -28,7 +29,7 @@ export const egressFlags = {
   egressHeader: Flag.list("egress-header", {
     group: "egress options",
     metavar: "RULE",
-    backends: ["host", "docker"],
+    backends: ["host", "docker", "e2b"],
     each: (item) => problem(EgressPolicy.parseHeaderRule(item)),
     help: "PATTERN:HEADER=ENV_VAR: the proxy sets HEADER to $ENV_VAR"
   }),

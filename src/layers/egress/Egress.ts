@@ -36,12 +36,12 @@ import { type EgressSettings, Settings } from "../../services/Settings.js"
 import type { RelaySettings } from "../backends/agent/Relay.js"
 import * as CertificateAuthority from "./CertificateAuthority.js"
 import { EgressError } from "./EgressError.js"
+import { CA_BUNDLE_PATH } from "./EgressPaths.js"
 import * as EgressPolicy from "./EgressPolicy.js"
 import * as EgressProxy from "./EgressProxy.js"
 import type { Lookup } from "./Upstream.js"
 
-/** Where the bundle goes inside a computer, and where every variable points. */
-export const CA_BUNDLE_PATH = "/etc/ssl/certs/ca-certificates.crt"
+export { CA_BUNDLE_PATH, CA_CERTIFICATE_PATH } from "./EgressPaths.js"
 
 /** The system bundles looked for on the server, first found wins. */
 const SYSTEM_BUNDLES = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"]
@@ -55,6 +55,12 @@ export interface ComputerEgress {
   readonly env: Readonly<Record<string, string>>
   readonly caBundle: string
   readonly caBundlePath: string
+  /**
+   * The interception CA alone (PEM), when there are header rules: where the distribution keeps
+   * local CAs too (`/usr/local/share/ca-certificates/kilntainers-egress.crt`), so that a bundle
+   * rebuilt inside the computer (`update-ca-certificates`) keeps trusting it.
+   */
+  readonly caCertificate?: string | undefined
 }
 
 export interface EgressShape {
@@ -167,7 +173,8 @@ export const make = (input: EgressInput): Effect.Effect<EgressShape, EgressError
         relayPort: settings.relayPort,
         env: proxyEnvironment(settings.relayPort),
         caBundle: bundle,
-        caBundlePath: CA_BUNDLE_PATH
+        caBundlePath: CA_BUNDLE_PATH,
+        caCertificate: ca?.certificate
       },
       caCertificate: ca?.certificate,
       summary: `egress allowlist ${policy.right.allow.map((pattern) => pattern.text).join(", ")}` +

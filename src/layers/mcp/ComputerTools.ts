@@ -4,6 +4,7 @@ import { type ComputerHandle, ComputerInfo, Computers, PoolStatus } from "../../
 import { Files } from "../../services/Files.js"
 import { defaultReadBytes, maxFileBytes } from "../FileTransfer.js"
 import * as Dashboard from "./Dashboard.js"
+import * as RecentActivity from "./RecentActivity.js"
 import * as Tool from "./Tool.js"
 
 const ComputerId = Schema.String.annotations({ description: "The computer's id (slug)" })
@@ -13,7 +14,10 @@ const Temporary = Schema.Boolean.annotations({
 const Inventory = Schema.Struct({
   computers: Schema.Array(ComputerInfo),
   count: Schema.Number,
-  pool: Schema.optional(PoolStatus.annotations({ description: "The warm pool of computers prepared ahead" }))
+  pool: Schema.optional(PoolStatus.annotations({ description: "The warm pool of computers prepared ahead" })),
+  audit: Schema.optional(Schema.Array(RecentActivity.Activity).annotations({
+    description: "Recent activity of these computers from the audit log (processes, files, lifecycle, network), oldest first"
+  }))
 })
 const Created = Schema.Struct({
   ok: Schema.Boolean,
@@ -35,7 +39,14 @@ const annotations = (title: string, readOnly: boolean, destructive: boolean, ide
 const inventory = (session: string) =>
   Effect.flatMap(Computers, (computers) =>
     Effect.all([computers.list(session), computers.pool]).pipe(
-      Effect.map(([list, pool]) => ({ computers: list, count: list.length, ...(pool === undefined ? {} : { pool }) }))
+      Effect.flatMap(([list, pool]) =>
+        Effect.map(RecentActivity.recent(list.map((computer) => computer.computer_id)), (audit) => ({
+          computers: list,
+          count: list.length,
+          ...(pool === undefined ? {} : { pool }),
+          ...(audit.length === 0 ? {} : { audit })
+        }))
+      )
     ))
 
 const created = (computer: ComputerHandle) =>

@@ -17,42 +17,16 @@ import * as AgentClient from "../agent/AgentClient.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
 import type { RelayListener } from "../agent/Relay.js"
 import { Demuxer } from "./Demuxer.js"
+import { archive } from "./Ustar.js"
 
 /** Where the agent lives inside the container. */
 export const AGENT_DIR = "/.kilntainers"
 export const AGENT_PATH = `${AGENT_DIR}/kt-agent`
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-const header = (name: string, size: number, mode: number, type: "0" | "5") => {
-  const block = Buffer.alloc(512)
-  const field = (value: string, offset: number, length: number) => block.write(value, offset, length, "utf8")
-  const octal = (value: number, offset: number, length: number) =>
-    field(value.toString(8).padStart(length - 1, "0") + "\0", offset, length)
-  field(name, 0, 100)
-  octal(mode, 100, 8)
-  octal(0, 108, 8)
-  octal(0, 116, 8)
-  octal(size, 124, 12)
-  octal(0, 136, 12)
-  block.fill(" ", 148, 156)
-  field(type, 156, 1)
-  field("ustar\0", 257, 6)
-  field("00", 263, 2)
-  let sum = 0
-  for (const byte of block) sum += byte
-  field(sum.toString(8).padStart(6, "0") + "\0 ", 148, 8)
-  return block
-}
-
 /** A ustar archive of the agent binary under AGENT_DIR, as the Engine's putArchive takes it. */
 export const agentArchive = (binary: Buffer): Buffer =>
-  Buffer.concat([
-    header(`${AGENT_DIR.slice(1)}/`, 0, 0o755, "5"),
-    header(AGENT_PATH.slice(1), binary.length, 0o755, "0"),
-    binary,
-    Buffer.alloc((512 - (binary.length % 512)) % 512),
-    Buffer.alloc(1024)
-  ])
+  archive([{ name: `${AGENT_DIR.slice(1)}/`, mode: 0o755 }, { name: AGENT_PATH.slice(1), mode: 0o755, data: binary }])
 
 /**
  * The agent's exec as an AgentProcess: the engine's multiplexed stream split without gathering,

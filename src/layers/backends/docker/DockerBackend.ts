@@ -17,6 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import type { ComputerEgress } from "../../egress/Egress.js"
 import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
@@ -55,6 +56,8 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly filesystem?: FilesystemPolicy | undefined
   /** An existing container (not ours) adopted as a permanent computer (AdoptedContainer.ts). */
   readonly adoptContainer?: string | undefined
+  /** The egress proxy's variables for every process, and its CA bundle (DockerTrust.ts). */
+  readonly egress?: ComputerEgress | undefined
 }
 
 export const DEFAULT_IMAGE = "debian:bookworm-slim"
@@ -118,10 +121,11 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       find: containers.find,
       create: containers.create,
       start: containers.start,
-      connect: DockerConnection.connect({ engine, containers, binaries, agentRefused: new Map(), relay: options.relay }),
+      connect: DockerConnection.connect({ engine, containers, binaries, agentRefused: new Map(), relay: options.relay, egress: options.egress }),
       restart: containers.restart,
       remove: containers.remove,
-      adopt: containers.adopt
+      adopt: containers.adopt,
+      environment: options.egress?.env
     })
     return options.adoptContainer === undefined ? backend : yield* AdoptedContainer.wrap(backend, engine, options.adoptContainer)
   })

@@ -21,6 +21,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
+import type { ComputerEgress } from "../../egress/Egress.js"
 import type * as AgentClient from "../agent/AgentClient.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
@@ -30,6 +31,7 @@ import { type Containers, containerName, HOME } from "./DockerContainers.js"
 import type { Engine } from "./DockerEngine.js"
 import * as DockerEvents from "./DockerEvents.js"
 import * as DockerExec from "./DockerExec.js"
+import * as DockerTrust from "./DockerTrust.js"
 
 /** What connections of one backend share. */
 export interface ConnectionContext {
@@ -41,6 +43,8 @@ export interface ConnectionContext {
   readonly agentRefused: Map<string, string>
   /** A relay port inside each container whose connections the server serves (the egress proxy). */
   readonly relay?: Relay.RelaySettings | undefined
+  /** The egress CA bundle, put into each container before its processes start. */
+  readonly egress?: ComputerEgress | undefined
 }
 
 /** The agent of a connection, started in its own child scope so that a failed start leaves nothing behind. */
@@ -98,6 +102,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
       })
 
     const since = yield* Clock.currentTimeMillis
+    if (context.egress !== undefined) yield* DockerTrust.install(engine, instance.providerId, instance.metadata.id, context.egress)
     const agent = yield* startAgent(context, instance, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))
     // Followed once the agent runs (off the path to the first process), from before it started.
     yield* DockerEvents.watch(engine, containers, instance.providerId, name, since).pipe(

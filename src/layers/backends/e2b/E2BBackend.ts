@@ -27,6 +27,7 @@ import * as E2BConnection from "./E2BConnection.js"
 import { BACKEND, e2bError } from "./E2BError.js"
 import * as E2BProvider from "./E2BProvider.js"
 import * as RuntimeCap from "./RuntimeCap.js"
+import type { E2BNetwork } from "../../egress/CloudEgress.js"
 
 export interface E2BBackendOptions {
   /** --e2b-api-key / E2B_API_KEY (never logged). */
@@ -44,6 +45,8 @@ export interface E2BBackendOptions {
   readonly metadata: Readonly<Record<string, string>>
   /** --e2b-env k=v: sandbox-wide environment. */
   readonly envs: Readonly<Record<string, string>>
+  /** The egress allowlist and header rules, enforced by E2B (CloudEgress.ts). */
+  readonly network?: E2BNetwork | undefined
   /** The SDK's apiUrl (tests: the fake). */
   readonly apiUrl: string | undefined
   /** The SDK's sandboxUrl (tests: the fake's envd). */
@@ -92,8 +95,10 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
     const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS
     const keepAliveMs = options.keepAliveIntervalMs ?? Math.max(1000, Math.min(Math.floor(timeoutMs / 3), 5 * 60_000))
     const secret = Redacted.value(options.apiKey)
-    /** Never let the key into a message, whatever the SDK or the service put there. */
-    const scrub = (text: string) => (secret.length >= 4 ? text.split(secret).join("<redacted>") : text)
+    const secrets = [secret, ...Object.values(options.network?.rules ?? {}).flatMap((rules) => rules.flatMap((rule) => Object.values(rule.transform.headers)))]
+      .filter((value) => value.length >= 4)
+    /** Never let the key (or a header rule's value) into a message, whatever the SDK or the service put there. */
+    const scrub = (text: string) => secrets.reduce((out, value) => out.split(value).join("<redacted>"), text)
     const provider = E2BProvider.make({
       connection: {
         apiKey: secret,
@@ -105,6 +110,7 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
       timeoutMs,
       maxRuntimeSec,
       envs: options.envs,
+      network: options.network,
       extraMetadata: options.metadata,
       scrub,
       conflictWaitMs: options.conflictWaitMs

@@ -34,6 +34,7 @@ import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, Query } from "../../../services/Backend.js"
 import { e2bError, fromSdk, isRuntimeCap, isTransient } from "./E2BError.js"
 import * as RuntimeCap from "./RuntimeCap.js"
+import type { E2BNetwork } from "../../egress/CloudEgress.js"
 
 /** E2B metadata keys: `kilntainers-computer-id`, as Fly and Modal. */
 export const LABEL_STYLE: LabelStyle = "dashed"
@@ -47,6 +48,15 @@ export interface Connection {
   readonly domain?: string
 }
 
+/** The SDK's `network` option (mutable arrays, as its types want them). */
+const networkOption = (network: E2BNetwork) => ({
+  allowOut: [...network.allowOut],
+  denyOut: [...network.denyOut],
+  ...(network.rules === undefined
+    ? {}
+    : { rules: Object.fromEntries(Object.entries(network.rules).map(([host, rules]) => [host, rules.map((rule) => ({ transform: { headers: { ...rule.transform.headers } } }))])) })
+})
+
 export interface ProviderConfig {
   readonly connection: Connection
   /** Lifetime asked for at create, connect and renewal; at most the plan's maximum runtime. */
@@ -55,6 +65,8 @@ export interface ProviderConfig {
   readonly maxRuntimeSec: number
   /** Sandbox-wide environment (--e2b-env). */
   readonly envs: Readonly<Record<string, string>>
+  /** The egress allowlist and header rules (--allow-host, --egress-header; CloudEgress.ts). */
+  readonly network?: E2BNetwork | undefined
   /** Extra metadata (--e2b-metadata); ours win on a clash. */
   readonly extraMetadata: Readonly<Record<string, string>>
   /** Removes the API key from provider text. */
@@ -146,6 +158,7 @@ export const make = (config: ProviderConfig) => {
           timeoutMs: config.timeoutMs,
           metadata: { ...config.extraMetadata, ...toLabels(LABEL_STYLE, labeled) },
           envs: { ...config.envs },
+          ...(config.network === undefined ? {} : { network: networkOption(config.network) }),
           ...(labeled.temporary ? {} : { lifecycle: { onTimeout: "pause" as const } })
         })).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : cleanup)))
       const instance: Instance = {

@@ -59,6 +59,7 @@ import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import { join, resolve } from "node:path"
 import type { ProviderError } from "../../../domain/Errors.js"
+import type { ComputerEgress } from "../../egress/Egress.js"
 import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { Backend, type Capabilities, type Connection, type Instance, capabilitiesWithout } from "../../../services/Backend.js"
 import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
@@ -67,6 +68,7 @@ import * as AgentProcesses from "../agent/AgentProcesses.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
 import * as Relay from "../agent/Relay.js"
 import * as Cgroups from "./Cgroups.js"
+import * as HostTrust from "./HostTrust.js"
 import * as Launcher from "./Launcher.js"
 import * as Workspaces from "./Workspaces.js"
 
@@ -85,6 +87,8 @@ export interface HostBackendOptions {
   readonly relay?: Relay.RelaySettings | undefined
   /** The user's own files in every computer (--mount, --deny-read, --deny-write; HostMounts.ts). */
   readonly filesystem?: FilesystemPolicy | undefined
+  /** The egress proxy's variables for every process, and its CA bundle (HostTrust.ts). */
+  readonly egress?: ComputerEgress | undefined
 }
 
 const NAME = "host"
@@ -122,6 +126,7 @@ export const make = (options: HostBackendOptions) =>
       hostIds: launcher === undefined ? () => Effect.succeed(undefined) : launcher.hostIds
     })
     const relayArgs = options.relay === undefined ? [] : ["--relay-port", String(options.relay.port)]
+    const trust = options.egress === undefined ? [] : yield* HostTrust.binds(options.stateDir, options.egress)
 
     /** Starts the computer's sandbox and its agent, for the life of the Scope. */
     const connect = (instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
@@ -130,7 +135,7 @@ export const make = (options: HostBackendOptions) =>
         const id = record.metadata.id
         const sandbox = launcher === undefined
           ? undefined
-          : yield* launcher.prepare({ id, key: record.key, home, ids: record.ids, agentArgs: relayArgs })
+          : yield* launcher.prepare({ id, key: record.key, home, ids: record.ids, agentArgs: relayArgs, binds: trust })
         const lost = yield* Deferred.make<string>()
         // Outside the sandbox's mounts: processes inside cannot reach the agent's output channel.
         const channel = join(dir, "agent.fifo")
@@ -167,7 +172,8 @@ export const make = (options: HostBackendOptions) =>
       restart: workspaces.start,
       remove: workspaces.remove,
       // Unsandboxed, processes see the workspace's host path, which a rename would pull away.
-      adopt: sandboxed ? workspaces.adopt : undefined
+      adopt: sandboxed ? workspaces.adopt : undefined,
+      environment: options.egress?.env
     })
   })
 

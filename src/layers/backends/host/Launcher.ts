@@ -122,6 +122,8 @@ export interface ComputerSandbox {
   readonly home: string
   readonly ids: HostIds | undefined
   readonly agentArgs: ReadonlyArray<string>
+  /** More host paths it sees (the egress CA bundle), bound after the /etc view. */
+  readonly binds?: ReadonlyArray<Bind> | undefined
 }
 
 /** Starts computers' sandboxes for the host backend. */
@@ -205,7 +207,8 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
               binds: [
                 { source: computer.home, dest: SANDBOX_HOME, mode: "read-write" },
                 { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" },
-                ...userBinds
+                ...userBinds,
+                ...(computer.binds ?? [])
               ],
               nproc,
               cwd: SANDBOX_HOME,

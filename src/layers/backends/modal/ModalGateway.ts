@@ -30,6 +30,8 @@ export interface CreateSandboxRequest {
   /** Maximum lifetime; Modal terminates the sandbox after it (at most 24 h). */
   readonly timeoutMs: number
   readonly blockNetwork: boolean
+  /** Only these are reachable (an ALLOWLIST network access); never with `blockNetwork`. */
+  readonly outbound?: { readonly domains: ReadonlyArray<string>; readonly cidrs: ReadonlyArray<string> } | undefined
   /** Unique among the running sandboxes of the App; a valid Modal object name. */
   readonly name: string
   readonly tags: Readonly<Record<string, string>>

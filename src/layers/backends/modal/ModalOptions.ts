@@ -6,6 +6,7 @@ import type * as Redacted from "effect/Redacted"
 import type { ModalClientLike } from "./ModalSdk.js"
 import type { ModalGatewayService } from "./ModalGateway.js"
 import { validObjectName } from "./SandboxIdentity.js"
+import type { ModalOutbound } from "../../egress/CloudEgress.js"
 
 export interface ModalBackendOptions {
   /** --modal-token-id (needed unless a gateway or client is given). */
@@ -26,8 +27,10 @@ export interface ModalBackendOptions {
   readonly region: string | undefined
   /** --sandbox-timeout in seconds, default 3600, at most 86400: the sandbox's whole lifetime. */
   readonly sandboxTimeoutSec: number
-  /** false → the sandbox has no network (blockNetwork). */
+  /** false → the sandbox has no network (blockNetwork), unless `outbound` allows some. */
   readonly network: boolean
+  /** The egress allowlist (--allow-host, CloudEgress.ts): only these names and addresses are reachable. */
+  readonly outbound?: ModalOutbound | undefined
   /** A Modal SDK client to use instead of one made from the tokens (tests point one at the fake). */
   readonly client?: ModalClientLike | undefined
   /** A gateway to use instead of the SDK adapter (unit tests of the backend's own logic). */

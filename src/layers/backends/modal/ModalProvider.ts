@@ -32,7 +32,7 @@ const REMOVE_WAIT = Duration.seconds(30)
 
 /** The sandboxes' options (ModalOptions.ts), the gateway, and the bounds on calls and polls. */
 export interface ProviderConfig
-  extends Pick<ModalBackendOptions, "appName" | "cpu" | "memoryMb" | "gpu" | "region" | "sandboxTimeoutSec" | "network">
+  extends Pick<ModalBackendOptions, "appName" | "cpu" | "memoryMb" | "gpu" | "region" | "sandboxTimeoutSec" | "network" | "outbound">
 {
   readonly gateway: ModalGatewayService
   readonly callTimeoutMs: number
@@ -176,7 +176,8 @@ export const make = (config: ProviderConfig) => {
         gpu: config.gpu,
         region: config.region,
         timeoutMs: config.sandboxTimeoutSec * 1000,
-        blockNetwork: !config.network,
+        blockNetwork: !config.network && config.outbound === undefined,
+        outbound: config.outbound,
         name,
         tags: tagsFor(metadata, endsAt)
       })).pipe(Effect.catchIf((error) => error.reason === "Conflict", (error) => nameTaken(metadata, error)))

@@ -86,6 +86,9 @@ export const createParams = (request: CreateSandboxRequest): SandboxCreateParams
   memoryMiB: request.memoryMiB,
   timeoutMs: request.timeoutMs,
   blockNetwork: request.blockNetwork,
+  ...(request.outbound === undefined
+    ? {}
+    : { outboundDomainAllowlist: [...request.outbound.domains], outboundCidrAllowlist: [...request.outbound.cidrs] }),
   name: request.name,
   tags: { ...request.tags },
   ...(request.gpu === undefined ? {} : { gpu: request.gpu }),
