@@ -11,7 +11,6 @@ import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import { parseStdinEscapes } from "../actors/StdinEscapes.js"
 import { computerIdProblem } from "../domain/ComputerIds.js"
-import * as Pattern from "../domain/Pattern.js"
 import { firstNulProblem } from "../domain/CString.js"
 import { envProblem, processEnvironment } from "../domain/Environment.js"
 import { InvalidInput, ProcessExited, ProcessNotFound, Unsupported } from "../domain/Errors.js"
@@ -36,6 +35,7 @@ import {
 import { Settings } from "../services/Settings.js"
 import * as Exec from "./processes/Exec.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
+import * as Validate from "./processes/Validate.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
 import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
 
@@ -164,25 +164,6 @@ export const layer = Layer.scoped(
         return process
       })
 
-    const validateSize = (name: string, value: number | undefined) =>
-      value === undefined || (Number.isInteger(value) && value >= 2 && value <= 1000)
-        ? Effect.void
-        : new InvalidInput({ message: `${name} must be an integer between 2 and 1000` })
-
-    const validateBudget = (maxBytes: number | undefined) =>
-      maxBytes === undefined || (Number.isInteger(maxBytes) && maxBytes >= 1)
-        ? Effect.void
-        : new InvalidInput({ message: "maxBytes must be an integer >= 1" })
-
-    const validateTimeout = (name: string, value: number | undefined) =>
-      value === undefined || value >= 0 ? Effect.void : new InvalidInput({ message: `${name} must be a number >= 0` })
-
-    const matcherOf = (pattern: string | undefined): Effect.Effect<Pattern.Pattern | undefined, InvalidInput> => {
-      if (pattern === undefined || pattern === "") return Effect.succeed(undefined)
-      const compiled = Pattern.compile(pattern)
-      return Either.isLeft(compiled) ? Effect.fail(new InvalidInput({ message: compiled.left })) : Effect.succeed(compiled.right)
-    }
-
     const budgetOf = (maxBytes: number | undefined) => maxBytes ?? settings.inlineBytes
 
     const spawn = (session: string, input: SpawnInput, progress?: ProgressReporter) =>
@@ -190,11 +171,11 @@ export const layer = Layer.scoped(
         if (input.command.trim() === "") return yield* new InvalidInput({ message: "command must not be empty" })
         const problem = firstNulProblem([["command", input.command], ["cwd", input.cwd]]) ?? envProblem(input.env)
         if (problem !== undefined) return yield* new InvalidInput({ message: problem })
-        yield* validateTimeout("timeoutMs", input.timeoutMs)
-        yield* validateSize("cols", input.cols)
-        yield* validateSize("rows", input.rows)
-        yield* validateBudget(input.maxBytes)
-        const matcher = yield* matcherOf(input.pattern)
+        yield* Validate.validateTimeout("timeoutMs", input.timeoutMs)
+        yield* Validate.validateSize("cols", input.cols)
+        yield* Validate.validateSize("rows", input.rows)
+        yield* Validate.validateBudget(input.maxBytes)
+        const matcher = yield* Validate.matcherOf(input.pattern)
         if (input.tty && !backend.capabilities.pty) {
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
         }
@@ -304,8 +285,8 @@ export const layer = Layer.scoped(
         if (bytes.length === 0 && !input.eof) {
           return yield* new InvalidInput({ message: "input is empty and eof is not set: nothing to send" })
         }
-        yield* validateTimeout("yieldMs", input.yieldMs)
-        yield* validateBudget(input.maxBytes)
+        yield* Validate.validateTimeout("yieldMs", input.yieldMs)
+        yield* Validate.validateBudget(input.maxBytes)
         const cursors = yield* process.totals
         const since = yield* Clock.currentTimeMillis
         if (bytes.length > 0) yield* process.write(bytes)
@@ -323,7 +304,7 @@ export const layer = Layer.scoped(
     const read = (session: string, input: ReadInput) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
-        yield* validateBudget(input.maxBytes)
+        yield* Validate.validateBudget(input.maxBytes)
         const info = yield* process.info
         const output = yield* outputFields(process, {
           stdoutCursor: input.stdoutCursor,
@@ -365,12 +346,12 @@ export const layer = Layer.scoped(
     const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
-        const matcher = yield* matcherOf(input.pattern)
+        const matcher = yield* Validate.matcherOf(input.pattern)
         if (input.quietMs !== undefined && !(input.quietMs > 0)) {
           return yield* new InvalidInput({ message: "quietMs must be a number > 0" })
         }
-        yield* validateTimeout("timeoutMs", input.timeoutMs)
-        yield* validateBudget(input.maxBytes)
+        yield* Validate.validateTimeout("timeoutMs", input.timeoutMs)
+        yield* Validate.validateBudget(input.maxBytes)
         const began = yield* Clock.currentTimeMillis
         const cursors = yield* process.totals
         const budget = callBudget(settings, input.timeoutMs ?? 30_000, progress)
