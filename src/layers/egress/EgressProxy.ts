@@ -36,24 +36,10 @@ import * as HostPattern from "./HostPattern.js"
 import { forwardedHeaders, responseHeaders } from "./HeaderRewrite.js"
 import { answer, denialPhrase, rawAnswer, type Status } from "./ProxyAnswers.js"
 import { SecretScrubber } from "./SecretScrubber.js"
+import type { ProxyLimits } from "./ProxyLimits.js"
 import * as Upstream from "./Upstream.js"
 
-export interface ProxyLimits {
-  readonly maxConnectionsPerComputer: number
-  /** Request line plus headers, bytes (Node's maxHeaderSize). */
-  readonly maxHeaderBytes: number
-  readonly headTimeoutMs: number
-  readonly idleTimeoutMs: number
-  readonly connectTimeoutMs: number
-}
-
-export const defaultLimits: ProxyLimits = {
-  maxConnectionsPerComputer: 64,
-  maxHeaderBytes: 32 * 1024,
-  headTimeoutMs: 30_000,
-  idleTimeoutMs: 300_000,
-  connectTimeoutMs: 15_000
-}
+export { defaultLimits, type ProxyLimits } from "./ProxyLimits.js"
 
 export interface EgressProxyOptions {
   readonly policy: EgressPolicy.EgressPolicy
