@@ -78,7 +78,8 @@ const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
         runFlags: settings.dockerRunFlags,
         onPullProgress: log,
         filesystem: settings.filesystem,
-        adoptContainer: settings.dockerContainer
+        adoptContainer: settings.dockerContainer,
+        stateDir: settings.stateDir
       })))
 
 const flyLayer = (settings: SettingsShape) => {

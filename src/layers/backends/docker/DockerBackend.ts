@@ -56,6 +56,8 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly filesystem?: FilesystemPolicy | undefined
   /** An existing container (not ours) adopted as a permanent computer (AdoptedContainer.ts). */
   readonly adoptContainer?: string | undefined
+  /** Where the empty directory that masks --deny-read directories is made (else a temporary one). */
+  readonly stateDir?: string | undefined
   /** The egress proxy's variables for every process, and its CA bundle (DockerTrust.ts). */
   readonly egress?: ComputerEgress | undefined
 }
@@ -76,7 +78,10 @@ const parseMemory = (memory: string | undefined): Either.Either<number, string> 
 }
 
 /** The settings of every container, checked before anything touches the engine. */
-const containerSettings = (options: DockerBackendOptions): Either.Either<DockerContainers.ContainerSettings, ProviderError> => {
+const containerSettings = (
+  options: DockerBackendOptions,
+  emptyDir: string
+): Either.Either<DockerContainers.ContainerSettings, ProviderError> => {
   const invalid = (detail: string) => Either.left(providerError(options.engine, "use the settings", "Invalid", detail))
   const flags = parseRunFlags(options.runFlags)
   if (Either.isLeft(flags)) return invalid(flags.left)
@@ -92,14 +97,21 @@ const containerSettings = (options: DockerBackendOptions): Either.Either<DockerC
     pidsLimit: options.pidsLimit,
     network: options.network,
     onPullProgress: options.onPullProgress,
-    mounts: options.filesystem === undefined ? undefined : DockerMounts.containerMounts(options.filesystem)
+    mounts: options.filesystem === undefined ? undefined : DockerMounts.containerMounts(options.filesystem, emptyDir)
   })
 }
 
 /** The Docker backend; fails when a setting is wrong, the engine is unreachable or the image cannot be had. */
 export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
   Effect.gen(function*() {
-    const settings = yield* containerSettings(options)
+    const masksDirectories = (options.filesystem?.denyRead.length ?? 0) > 0
+    const emptyDir = masksDirectories
+      ? yield* Effect.try({
+        try: () => DockerMounts.emptyDirectory(options.stateDir),
+        catch: (error) => providerError(options.engine, "make the directory that masks --deny-read paths", "Failed", String(error))
+      })
+      : "/nonexistent"
+    const settings = yield* containerSettings(options, emptyDir)
     const engine = yield* DockerEngine.make(options)
     yield* DockerEngine.reachable(engine)
     yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
