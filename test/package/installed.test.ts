@@ -24,14 +24,33 @@ interface Manifest {
   readonly platforms: Record<string, { readonly dir: string; readonly files: Record<string, { readonly sha256: string }> }>
 }
 
-/** Starts the installed CLI (or a copy of it) and returns how it ended, for servers that refuse to start. */
-const runCli = (bin: string, args: ReadonlyArray<string>) =>
-  spawnSync(process.execPath, [bin, ...args], {
-    input: "",
+/**
+ * Starts the installed CLI (or a copy of it) as an MCP client would and runs one command: a server
+ * whose backend cannot start answers at once but refuses every call with the reason (and says it on
+ * stderr), running nothing.
+ */
+const refusedCall = async (bin: string) => {
+  const state = mkdtempSync(join(tmpdir(), "kt-refused-"))
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [bin, "--backend", "host", "--state-dir", state],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" },
-    encoding: "utf8",
-    timeout: 60_000
+    stderr: "pipe"
   })
+  let stderr = ""
+  transport.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
+  const client = new Client({ name: "kilntainers-refused-test", version: "1.0.0" })
+  try {
+    await client.connect(transport, { timeout: 60_000 })
+    const result = await client.callTool({ name: "sandbox_exec", arguments: { command: "echo should not run" } })
+    const text = (result.content as Array<{ readonly text?: string }>).map((part) => part.text ?? "").join("\n")
+    for (let i = 0; i < 50 && !stderr.includes("cannot start"); i++) await new Promise((resolve) => setTimeout(resolve, 100))
+    return { isError: result.isError === true, text, stderr }
+  } finally {
+    await client.close()
+    rmSync(state, { recursive: true, force: true })
+  }
+}
 
 /** The pids of every descendant of `pid`. */
 const descendants = (pid: number): Array<number> => {
@@ -169,7 +188,7 @@ describeIf(install !== undefined && tarball !== undefined && process.env.KILNTAI
         return join(dir, "kilntainers", "dist", "bin", "kilntainers.mjs")
       }
 
-      it("refuses to run a helper whose SHA-256 differs from the manifest, and says so", () => {
+      it("refuses to run a helper whose SHA-256 differs from the manifest, and says so", async () => {
         for (const helper of ["kt-agent", "kt-sandbox"]) {
           const bin = copyWith((pkg) => {
             const path = join(pkg, "prebuilt", platform, helper)
@@ -177,26 +196,30 @@ describeIf(install !== undefined && tarball !== undefined && process.env.KILNTAI
             bytes[bytes.length - 100] = bytes[bytes.length - 100]! ^ 0xff
             writeFileSync(path, bytes)
           })
-          const result = runCli(bin, ["--backend", "host"])
-          assert.notStrictEqual(result.status, 0, helper)
-          assert.strictEqual(result.stdout, "")
-          assert.match(result.stderr, new RegExp(`refusing to run \\S+/prebuilt/${platform}/${helper}: its SHA-256 is [0-9a-f]{64}, but prebuilt/manifest.json records`))
+          const result = await refusedCall(bin)
+          assert.isTrue(result.isError, helper)
+          assert.notInclude(result.text, "should not run")
+          const refusal = new RegExp(`refusing to run \\S+/prebuilt/${platform}/${helper}: its SHA-256 is [0-9a-f]{64}, but prebuilt/manifest.json records`)
+          assert.match(result.text, refusal)
+          assert.match(result.stderr, refusal)
         }
-      })
+      }, 120_000)
 
-      it("without prebuilt helpers for this machine, says which platforms have them and why it could not build", () => {
+      it("without prebuilt helpers for this machine, says which platforms have them and why it could not build", async () => {
         const bin = copyWith((pkg) => {
           const path = join(pkg, "prebuilt", "manifest.json")
           const manifest = JSON.parse(readFileSync(path, "utf8"))
           delete manifest.platforms[platform]
           writeFileSync(path, JSON.stringify(manifest))
         })
-        const result = runCli(bin, ["--backend", "host"])
-        assert.notStrictEqual(result.status, 0)
-        assert.match(result.stderr, new RegExp(`no native helpers for ${platform}: the package ships them prebuilt for linux-x64 and linux-arm64`))
-        assert.match(result.stderr, /Building them failed: .*compiling kt-(agent|sandbox) failed/s)
-        assert.match(result.stderr, /no compiler on this machine/)
-      })
+        const result = await refusedCall(bin)
+        assert.isTrue(result.isError)
+        for (const said of [result.text, result.stderr]) {
+          assert.match(said, new RegExp(`no native helpers for ${platform}: the package ships them prebuilt for linux-x64 and linux-arm64`))
+          assert.match(said, /Building them failed: .*compiling kt-(agent|sandbox) failed/s)
+          assert.match(said, /no compiler on this machine/)
+        }
+      }, 120_000)
 
       afterAll(() => {
         if (work !== "") rmSync(work, { recursive: true, force: true })
