@@ -144,11 +144,11 @@ describeIf(dockerWorks && composeCommand !== undefined, `a Docker engine with ${
 
         const spawned = await call("spawn", { command: "for i in 1 2 3; do echo tick $i; sleep 0.2; done; sleep 300", background: true })
         assert.isFalse(spawned.isError, spawned.text)
-        const waited = await call("wait", { id: spawned.structured.id, pattern: "tick 3", timeoutMs: 20_000 })
+        const waited = await call("wait", { id: spawned.structured.pid, pattern: "tick 3", timeoutMs: 20_000 })
         assert.isFalse(waited.isError, waited.text)
-        const output = await call("stdout", { id: spawned.structured.id })
+        const output = await call("stdout", { id: spawned.structured.pid })
         assert.include(JSON.stringify(output.structured), "tick 3")
-        const killed = await call("kill", { id: spawned.structured.id, signal: "SIGKILL" })
+        const killed = await call("kill", { id: spawned.structured.pid, signal: "SIGKILL" })
         assert.isFalse(killed.isError, killed.text)
 
         const written = await call("file_write", { path: "notes/hello.txt", content: "written over HTTP\n" })
