@@ -3,9 +3,9 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
 import { assert, it } from "vitest"
 import { existsSync, readdirSync } from "node:fs"
-import { request } from "node:http"
 import { join } from "node:path"
 import { binPath, processesWith, startHttpServer, waitFor } from "../support/McpHarness.js"
+import { postJson } from "../support/RawHttp.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const connect = async (url: string, token?: string) => {
@@ -27,17 +27,6 @@ const connect = async (url: string, token?: string) => {
 const computersOnDisk = (stateDir: string) =>
   existsSync(join(stateDir, "computers")) ? readdirSync(join(stateDir, "computers")) : []
 
-const rawPost = (port: number, headers: Record<string, string>, body: unknown) =>
-  new Promise<{ status: number; headers: Record<string, string | Array<string> | undefined>; body: string }>((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port, path: "/mcp", method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers } }, (res) => {
-      let data = ""
-      res.on("data", (chunk) => (data += chunk))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: data }))
-    })
-    req.on("error", reject)
-    req.end(JSON.stringify(body))
-  })
-
 const initialize = {
   jsonrpc: "2.0",
   id: 1,
@@ -49,10 +38,10 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
   it("rejects requests without the bearer token and accepts them with it", async () => {
     const server = await startHttpServer(["--backend", "host"], { KILNTAINERS_AUTH_TOKEN: "s3cret-token" })
     try {
-      const denied = await rawPost(server.port, {}, initialize)
+      const denied = await postJson(server.port, {}, initialize)
       assert.strictEqual(denied.status, 401)
       assert.match(String(denied.headers["www-authenticate"]), /^Bearer/)
-      const wrong = await rawPost(server.port, { authorization: "Bearer nope" }, initialize)
+      const wrong = await postJson(server.port, { authorization: "Bearer nope" }, initialize)
       assert.strictEqual(wrong.status, 401)
       const rejected = await connect(server.url).then(() => "connected", () => "rejected")
       assert.strictEqual(rejected, "rejected")
@@ -72,11 +61,11 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
   it("guards loopback against DNS rebinding (Host and Origin)", async () => {
     const server = await startHttpServer(["--backend", "host"])
     try {
-      const badHost = await rawPost(server.port, { host: "evil.example:8435" }, initialize)
+      const badHost = await postJson(server.port, { host: "evil.example:8435" }, initialize)
       assert.strictEqual(badHost.status, 403)
-      const badOrigin = await rawPost(server.port, { origin: "http://evil.example" }, initialize)
+      const badOrigin = await postJson(server.port, { origin: "http://evil.example" }, initialize)
       assert.strictEqual(badOrigin.status, 403)
-      const ok = await rawPost(server.port, { origin: `http://localhost:${server.port}` }, initialize)
+      const ok = await postJson(server.port, { origin: `http://localhost:${server.port}` }, initialize)
       assert.strictEqual(ok.status, 200)
     } finally {
       await server.stop()
@@ -161,10 +150,10 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
       const polite = await connect(server.url)
       await polite.call("sandbox_exec", { command: "true" })
       // a client that disappears: initialize and use a session over raw HTTP, never DELETE it
-      const init = await rawPost(server.port, {}, initialize)
+      const init = await postJson(server.port, {}, initialize)
       const sessionId = String(init.headers["mcp-session-id"])
-      await rawPost(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, { jsonrpc: "2.0", method: "notifications/initialized" })
-      const used = await rawPost(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, {
+      await postJson(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, { jsonrpc: "2.0", method: "notifications/initialized" })
+      const used = await postJson(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, {
         jsonrpc: "2.0",
         id: 2,
         method: "tools/call",
@@ -175,7 +164,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("MCP
       assert.isTrue(await waitFor(() => computersOnDisk(server.stateDir).length === 0, 15_000), "both temporary computers removed")
       assert.deepStrictEqual(await (await fetch(`http://127.0.0.1:${server.port}/healthz`)).json(), { status: "ok" })
       assert.match(server.stderr(), new RegExp(`closing MCP session ${sessionId}: idle`))
-      const expired = await rawPost(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, { jsonrpc: "2.0", id: 3, method: "tools/list" })
+      const expired = await postJson(server.port, { "mcp-session-id": sessionId, "mcp-protocol-version": "2025-06-18" }, { jsonrpc: "2.0", id: 3, method: "tools/list" })
       assert.strictEqual(expired.status, 404)
       await polite.client.close().catch(() => undefined)
     } finally {

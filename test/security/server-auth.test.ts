@@ -1,8 +1,8 @@
 import { spawnSync } from "node:child_process"
 import { existsSync } from "node:fs"
-import { request } from "node:http"
 import { assert, it } from "vitest"
 import { binPath, startHttpServer } from "../support/McpHarness.js"
+import { postJson } from "../support/RawHttp.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const start = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
@@ -10,23 +10,6 @@ const start = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
     encoding: "utf8",
     timeout: 20_000,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: "/tmp", ...env }
-  })
-
-const post = (port: number, headers: Record<string, string>, body: unknown) =>
-  new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request({
-      host: "127.0.0.1",
-      port,
-      path: "/mcp",
-      method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers }
-    }, (res) => {
-      let data = ""
-      res.on("data", (chunk) => (data += chunk))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: data }))
-    })
-    req.on("error", reject)
-    req.end(JSON.stringify(body))
   })
 
 const initialize = {
@@ -85,12 +68,12 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("bea
         `Bearer ${token}x`
       ]
       for (const authorization of refused) {
-        const answer = await post(server.port, { authorization }, initialize)
+        const answer = await postJson(server.port, { authorization }, initialize)
         assert.strictEqual(answer.status, 401, JSON.stringify(authorization))
       }
-      assert.strictEqual((await post(server.port, {}, initialize)).status, 401)
+      assert.strictEqual((await postJson(server.port, {}, initialize)).status, 401)
       for (const scheme of ["Bearer", "bearer", "BEARER"]) {
-        const accepted = await post(server.port, { authorization: `${scheme} ${token}` }, initialize)
+        const accepted = await postJson(server.port, { authorization: `${scheme} ${token}` }, initialize)
         assert.strictEqual(accepted.status, 200, scheme)
       }
       // Three sessions are open now: an unauthenticated caller still learns nothing but "ok".

@@ -2,11 +2,11 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
 import { existsSync } from "node:fs"
-import { request } from "node:http"
 import { afterAll, assert, beforeAll, it } from "vitest"
 import { largestFileWriteAsBase64, maxMessageBytes } from "../../src/layers/mcp/Limits.js"
 import { maxFileBytes } from "../../src/layers/FileTransfer.js"
 import { binPath, type Harness, startHttpServer, startServer, waitFor } from "../support/McpHarness.js"
+import { postMcp } from "../support/RawHttp.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const mib = 1024 * 1024
@@ -55,38 +55,11 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("a m
   }, 120_000)
 })
 
-const rawPost = (port: number, headers: Record<string, string>, body: Buffer) =>
-  new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request({
-      host: "127.0.0.1",
-      port,
-      path: "/mcp",
-      method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers }
-    }, (res) => {
-      let data = ""
-      res.on("data", (chunk) => (data += chunk))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: data }))
-    })
-    req.on("error", reject)
-    req.end(body)
-  })
+const rawPost = (port: number, headers: Record<string, string>, body: Buffer) => postMcp(port, headers, (req) => req.end(body))
 
 /** A body sent in 1 MiB chunks without Content-Length: the limit shows only while reading. */
 const chunkedPost = (port: number, headers: Record<string, string>, mebibytes: number) =>
-  new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request({
-      host: "127.0.0.1",
-      port,
-      path: "/mcp",
-      method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers }
-    }, (res) => {
-      let data = ""
-      res.on("data", (chunk) => (data += chunk))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: data }))
-    })
-    req.on("error", reject)
+  postMcp(port, headers, (req) => {
     const chunk = Buffer.alloc(mib, 32)
     let sent = 0
     const pump = () => {
