@@ -27,7 +27,7 @@
 import * as shim from "@bjorn3/browser_wasi_shim"
 import { parentPort } from "node:worker_threads"
 import { collectGarbage } from "./Collect.js"
-import { INODE_BYTES } from "./Quota.js"
+import { INODE_BYTES, reserve as reserveInQuota } from "./Quota.js"
 import { OUTPUT_WINDOW_BYTES, STDIN_HEADER_BYTES, type ToolJob, type ToolMessage, type ToolOutput } from "./ToolProtocol.js"
 import { shared, type Change, type VNode } from "./Vfs.js"
 
@@ -49,18 +49,9 @@ let state: RunState
 
 /** Quota.reserve, counted in this run's total too. */
 const reserve = (bytes: number): boolean => {
-  if (bytes <= 0) return true
-  const { quota, reserved } = state.job
-  const amount = BigInt(bytes)
-  for (;;) {
-    const used = Atomics.load(quota, 0)
-    if (used + amount > Atomics.load(quota, 1)) return false
-    if (Atomics.compareExchange(quota, 0, used, used + amount) === used) {
-      Atomics.add(reserved, 0, amount)
-      state.reserved += bytes
-      return true
-    }
-  }
+  if (!reserveInQuota(state.job.quota, state.job.reserved, bytes)) return false
+  if (bytes > 0) state.reserved += bytes
+  return true
 }
 
 // --- files: private growing buffers, dirty tracking ----------------------------------------------
