@@ -34,14 +34,23 @@ export interface E2BSettings {
 
 /** Modal backend settings (--modal-*, --gpu, --region, --sandbox-timeout). */
 export interface ModalSettings {
+  /** --modal-token-id (needed unless a gateway or client is given). */
   readonly tokenId: Redacted.Redacted<string> | undefined
+  /** --modal-token-secret (needed unless a gateway or client is given). */
   readonly tokenSecret: Redacted.Redacted<string> | undefined
+  /** --modal-app-name, default "kilntainers". */
   readonly appName: string
+  /** --modal-image, default "debian:bookworm-slim": this backend's own flag, NOT the Docker --image. */
   readonly image: string
+  /** --modal-cpu, default 1.0 (reserved physical cores). */
   readonly cpu: number
+  /** --modal-memory in MiB, default 512. */
   readonly memoryMb: number
+  /** --gpu, such as "T4" or "A100-80GB:2". */
   readonly gpu: string | undefined
+  /** --region, such as "us-east". */
   readonly region: string | undefined
+  /** --sandbox-timeout in seconds, default 3600, at most 86400: the sandbox's whole lifetime. */
   readonly sandboxTimeoutSec: number
 }
 

@@ -2,31 +2,13 @@
  * The Modal backend's options (from --modal-* and friends), their defaults, and the checks made at
  * startup so that a bad value is reported before any sandbox is asked for.
  */
-import type * as Redacted from "effect/Redacted"
+import type { ModalSettings } from "../../../services/Settings.js"
 import type { ModalClientLike } from "./ModalSdk.js"
 import type { ModalGatewayService } from "./ModalGateway.js"
 import { validObjectName } from "./SandboxIdentity.js"
 import type { ModalOutbound } from "../../egress/CloudEgress.js"
 
-export interface ModalBackendOptions {
-  /** --modal-token-id (needed unless a gateway or client is given). */
-  readonly tokenId: Redacted.Redacted<string> | undefined
-  /** --modal-token-secret (needed unless a gateway or client is given). */
-  readonly tokenSecret: Redacted.Redacted<string> | undefined
-  /** --modal-app-name, default "kilntainers". */
-  readonly appName: string
-  /** --modal-image, default "debian:bookworm-slim": this backend's own flag, NOT the Docker --image. */
-  readonly image: string
-  /** --modal-cpu, default 1.0 (reserved physical cores). */
-  readonly cpu: number
-  /** --modal-memory in MiB, default 512. */
-  readonly memoryMb: number
-  /** --gpu, such as "T4" or "A100-80GB:2". */
-  readonly gpu: string | undefined
-  /** --region, such as "us-east". */
-  readonly region: string | undefined
-  /** --sandbox-timeout in seconds, default 3600, at most 86400: the sandbox's whole lifetime. */
-  readonly sandboxTimeoutSec: number
+export interface ModalBackendOptions extends ModalSettings {
   /** false → the sandbox has no network (blockNetwork), unless `outbound` allows some. */
   readonly network: boolean
   /** The egress allowlist (--allow-host, CloudEgress.ts): only these names and addresses are reachable. */
