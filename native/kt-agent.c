@@ -18,6 +18,11 @@
  *   RELEASE    6  - forget the process (a tree still open is torn down); answered with RELEASED
  *   RESIZE     7  u16 cols | u16 rows (the kernel sends SIGWINCH to the terminal's foreground group)
  *   RELAY_DATA 8, RELAY_EOF 9, RELAY_CREDIT 10, RELAY_RESET 11: see relay.c
+ *   SPAWN_DIRECT 12 u32 directc | (as SPAWN) | direct\0 * directc: a simple command that needs no
+ *                 shell. The process execs `direct` itself (searched on the PATH of its env, with
+ *                 PWD set as a shell would set it); only if that finds nothing it can exec (not
+ *                 found, not executable, not a binary nor a #! script) does it exec `argv`, the
+ *                 shell, which then reports or runs it exactly as it would have.
  * Agent -> server:
  *   READY      16 u32 protocol version | u32 relay port (0: no relay); sent once, first
  *   STARTED    17 u32 pid

@@ -6,7 +6,7 @@
 // only lazily loaded code needs — the cloud and container SDKs, OpenTelemetry, the X.509 library —
 // stay external and load from node_modules when their backend or feature is chosen.
 import { build } from "esbuild"
-import { readFileSync, rmSync } from "node:fs"
+import { readFileSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
@@ -16,6 +16,24 @@ const { dependencies } = JSON.parse(readFileSync(join(root, "package.json"), "ut
 const bundled = new Set(["effect", "@effect/platform", "@effect/platform-node", "@modelcontextprotocol/sdk", "zod", "re2js"])
 const external = Object.keys(dependencies).filter((name) => !bundled.has(name)).flatMap((name) => [name, `${name}/*`])
 const outdir = join(root, "dist", "bin")
+// The SDK's Server imports its Ajv validator eagerly (~190 KB of Ajv, its formats and fast-uri, and
+// an Ajv instance per Server): a start would pay for it though only elicitation uses it. Our Server
+// is always given src/layers/mcp/LazyJsonSchemaValidator.ts, which requires the SDK's own provider
+// on first use; the bundled SDK gets a stand-in that refuses to be the default.
+const sdkAjvStandIn = {
+  name: "sdk-ajv-stand-in",
+  setup(build) {
+    build.onResolve({ filter: /\/validation\/ajv-provider\.js$/ }, (args) =>
+      args.importer.includes(join("@modelcontextprotocol", "sdk", "dist", "esm", "server"))
+        ? { path: "ajv-provider", namespace: "sdk-ajv-stand-in" }
+        : undefined)
+    build.onLoad({ filter: /.*/, namespace: "sdk-ajv-stand-in" }, () => ({
+      contents: "export class AjvJsonSchemaValidator { constructor() { throw new Error(" +
+        "'kilntainers bundle: pass jsonSchemaValidator (LazyJsonSchemaValidator) to the MCP Server') } }",
+      loader: "js"
+    }))
+  }
+}
 rmSync(outdir, { recursive: true, force: true })
 const result = await build({
   entryPoints: { kilntainers: join(root, "dist", "src", "cli", "bin.js") },
@@ -33,7 +51,10 @@ const result = await build({
   // CommonJS dependencies bundled into ESM (ajv) call require().
   banner: { js: "import { createRequire as __ktCreateRequire } from 'node:module'; const require = __ktCreateRequire(import.meta.url);" },
   metafile: true,
+  plugins: [sdkAjvStandIn],
   logLevel: "warning"
 })
 const bytes = Object.values(result.metafile.outputs).reduce((sum, output) => sum + output.bytes, 0)
 console.error(`build-bundle: dist/bin/kilntainers.mjs and ${Object.keys(result.metafile.outputs).length - 1} chunks, ${bytes} bytes`)
+// What went where, for whoever weighs the startup path: `npx esbuild --analyze`-style input lists.
+writeFileSync(join(root, "dist", "bundle-meta.json"), JSON.stringify(result.metafile))

@@ -242,25 +242,46 @@ static void flush_stdin(struct proc *p) {
 
 /* ---------- spawning ---------- */
 
-struct spawn_args { char *cwd; char **argv; char **envp; };
+struct spawn_args { char *cwd; char **argv; char **envp; char **direct; char **direct_envp; char *pwd; };
 
-static int parse_spawn(char *pl, size_t len, struct spawn_args *a) {
+/* SPAWN's payload; with `direct` (SPAWN_DIRECT), a u32 directc first and the direct argv last. */
+static int parse_spawn(char *pl, size_t len, struct spawn_args *a, int direct) {
+  uint32_t directc = 0;
+  if (direct) {
+    if (len < 4) return -1;
+    directc = get32(pl);
+    pl += 4;
+    len -= 4;
+    if (directc == 0 || directc > len) return -1;
+  }
   if (len < 8) return -1;
   uint32_t argc = get32(pl), envc = get32(pl + 4);
   if (argc == 0 || argc > len || envc > len) return -1;
   a->argv = calloc((size_t)argc + 1, sizeof(char *));
   a->envp = calloc((size_t)envc + 1, sizeof(char *));
   if (!a->argv || !a->envp) die("calloc");
+  if (direct) {
+    a->direct = calloc((size_t)directc + 1, sizeof(char *));
+    a->direct_envp = calloc((size_t)envc + 2, sizeof(char *));
+    if (!a->direct || !a->direct_envp) die("calloc");
+  }
   char *cur = pl + 8, *end = pl + len;
-  char **slots[3] = { &a->cwd, a->argv, a->envp };
-  uint32_t counts[3] = { 1, argc, envc };
-  for (int k = 0; k < 3; k++) {
+  char **slots[4] = { &a->cwd, a->argv, a->envp, a->direct };
+  uint32_t counts[4] = { 1, argc, envc, directc };
+  for (int k = 0; k < 4; k++) {
     for (uint32_t i = 0; i < counts[k]; i++) {
       char *z = memchr(cur, 0, (size_t)(end - cur));
       if (!z) return -1;
       slots[k][i] = cur;
       cur = z + 1;
     }
+  }
+  if (direct) {
+    /* What the shell would have exported: PWD, the directory the process starts in. */
+    size_t n = 0;
+    for (uint32_t i = 0; i < envc; i++) if (strncmp(a->envp[i], "PWD=", 4) != 0) a->direct_envp[n++] = a->envp[i];
+    if (asprintf(&a->pwd, "PWD=%s", a->cwd) < 0) die("asprintf");
+    a->direct_envp[n] = a->pwd;
   }
   return 0;
 }
@@ -303,7 +324,7 @@ static void spawn_failed(struct proc *p, const char *reason) {
   maybe_free(p);
 }
 
-static void do_spawn(uint32_t id, char *pl, size_t len, int tty) {
+static void do_spawn(uint32_t id, char *pl, size_t len, int tty, int direct) {
   struct spawn_args a = { 0 };
   char reason[600];
   if (find_live(id)) { send_text(T_SPAWN_FAILED, id, "duplicate process id"); return; }
@@ -320,7 +341,7 @@ static void do_spawn(uint32_t id, char *pl, size_t len, int tty) {
   int child[3] = { -1, -1, -1 }, ctl[2] = { -1, -1 }, ep[2] = { -1, -1 };
   const char *fail = NULL;
   char fbuf[300];
-  if (parse_spawn(pl, len, &a) < 0) { fail = "malformed spawn request"; goto failed; }
+  if (parse_spawn(pl, len, &a, direct) < 0) { fail = "malformed spawn request"; goto failed; }
   if (tty) {
     int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0) { snprintf(fbuf, sizeof fbuf, "cannot allocate a pseudo-terminal: %s", strerror(errno)); fail = fbuf; goto failed; }
@@ -349,7 +370,7 @@ static void do_spawn(uint32_t id, char *pl, size_t len, int tty) {
   if (shepherd == 0) {
     struct shepherd_args sa = {
       .ctl = ctl[1], .ep = ep[1], .stdio = { child[0], child[1], child[2] }, .tty = tty,
-      .cwd = a.cwd, .argv = a.argv, .envp = a.envp
+      .cwd = a.cwd, .argv = a.argv, .envp = a.envp, .direct = a.direct, .direct_envp = a.direct_envp
     };
     shepherd_main(&sa);
   }
@@ -390,6 +411,9 @@ failed:
 out:
   free(a.argv);
   free(a.envp);
+  free(a.direct);
+  free(a.direct_envp);
+  free(a.pwd);
 }
 
 /* ---------- the shepherd's reports ---------- */
@@ -464,8 +488,9 @@ void proc_timers(void) {
 void proc_frame(int type, uint32_t id, char *pl, size_t len) {
   struct proc *p;
   switch (type) {
-  case T_SPAWN: do_spawn(id, pl, len, 0); break;
-  case T_SPAWN_TTY: do_spawn(id, pl, len, 1); break;
+  case T_SPAWN: do_spawn(id, pl, len, 0, 0); break;
+  case T_SPAWN_TTY: do_spawn(id, pl, len, 1, 0); break;
+  case T_SPAWN_DIRECT: do_spawn(id, pl, len, 0, 1); break;
   case T_STDIN:
     p = find_live(id);
     if (p && !p->in_eof && p->in_fd >= 0) { ob_push(&p->in, pl, len); flush_stdin(p); }

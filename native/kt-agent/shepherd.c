@@ -259,6 +259,36 @@ static void close_all_but(int a, int b) {
   syscall(SYS_close_range, hi + 1, ~0U, 0);
 }
 
+/*
+ * SPAWN_DIRECT: execs the simple command itself, searching PATH as a shell does. Returns only if
+ * there is nothing it can exec, for the shell to handle: not found, not executable, or a file the
+ * kernel will not run (ENOEXEC: a script without #!, which a shell runs itself). Runs in the vfork
+ * child: no allocation, the path is built on the stack.
+ */
+static void exec_direct(char **argv, char **envp) {
+  const char *name = argv[0];
+  if (strchr(name, '/')) { execve(name, argv, envp); return; }
+  const char *path = NULL;
+  for (char **e = envp; *e; e++) if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  if (!path) return; /* the shell's own default PATH then applies */
+  size_t nlen = strlen(name);
+  char buf[4096];
+  for (const char *dir = path;; ) {
+    const char *colon = strchrnul(dir, ':');
+    size_t dlen = (size_t)(colon - dir);
+    if (dlen == 0) { dir = "."; dlen = 1; }
+    if (dlen + 1 + nlen < sizeof buf) {
+      memcpy(buf, dir, dlen);
+      buf[dlen] = '/';
+      memcpy(buf + dlen + 1, name, nlen + 1);
+      execve(buf, argv, envp);
+      if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) return;
+    }
+    if (*colon == 0) return;
+    dir = colon + 1;
+  }
+}
+
 static void guest_exec(const struct shepherd_args *a) __attribute__((noreturn));
 static void guest_exec(const struct shepherd_args *a) {
   sigset_t none;
@@ -285,6 +315,7 @@ static void guest_exec(const struct shepherd_args *a) {
     struct ctl_msg m = { C_PID, (int32_t)getpid() };
     (void)!send(a->ctl, &m, sizeof m, MSG_NOSIGNAL);
     extern char **environ;
+    if (a->direct) exec_direct(a->direct, a->direct_envp);
     environ = a->envp; /* execvp searches the PATH of the new environment */
     execvp(a->argv[0], a->argv);
     failed = strerror(errno);

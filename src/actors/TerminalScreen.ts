@@ -10,12 +10,17 @@
  *
  * Owned by one actor fiber: plain code; `snapshotEffect` is the Effect view of `snapshot`.
  */
-import xterm from "@xterm/headless"
+import type * as Xterm from "@xterm/headless"
 import * as Effect from "effect/Effect"
+import { createRequire } from "node:module"
 
-// @xterm/headless is CommonJS whose exports Node cannot detect statically: default import only.
-const { Terminal } = xterm
-type XTerminal = InstanceType<typeof Terminal>
+type XTerminal = Xterm.Terminal
+// @xterm/headless (CommonJS) takes ~40 ms to load: it is required with the first terminal, not at
+// startup, where most servers never open one.
+const require = createRequire(import.meta.url)
+let xtermTerminal: typeof Xterm.Terminal | undefined
+const Terminal = (): typeof Xterm.Terminal =>
+  (xtermTerminal ??= (require("@xterm/headless") as typeof Xterm).Terminal)
 
 /** The rendered screen of a terminal. */
 export interface ScreenSnapshot {
@@ -96,7 +101,7 @@ export class TerminalScreen {
     }
     this.maxBacklogBytes = options.maxBacklogBytes ?? DEFAULT_MAX_BACKLOG_BYTES
     // allowProposedApi: without it `terminal.buffer` throws. No convertEol: a PTY sends CRLF.
-    this.terminal = new Terminal({
+    this.terminal = new (Terminal())({
       cols: options.cols,
       rows: options.rows,
       scrollback,

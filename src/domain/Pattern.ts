@@ -2,7 +2,8 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import { RE2JS } from "re2js"
+import { createRequire } from "node:module"
+import type { RE2JS } from "re2js"
 
 /**
  * `wait` patterns: RE2 syntax, matched in time linear in the text (re2js, a pure-JS port of RE2),
@@ -10,6 +11,11 @@ import { RE2JS } from "re2js"
  * pattern compiles to at most `maxProgramSize` instructions, and one scan looks at a window whose
  * length times the program size stays under a fixed budget.
  */
+
+// re2js (~190 KB) is loaded with the first pattern, not at startup.
+const require = createRequire(import.meta.url)
+let re2: typeof RE2JS | undefined
+const RE2 = (): typeof RE2JS => (re2 ??= (require("re2js") as typeof import("re2js")).RE2JS)
 
 /** Most RE2 instructions a pattern may compile to (`[ab]{1,1000}` is about 2000). */
 export const maxProgramSize = 1000
@@ -70,7 +76,7 @@ export const compile = (source: string): Either.Either<Pattern, string> => {
   }
   let re: RE2JS
   try {
-    re = RE2JS.compile(source, RE2JS.MULTILINE)
+    re = RE2().compile(source, RE2().MULTILINE)
   } catch (error) {
     const reason = error instanceof Error ? error.message.replace(/^error parsing regexp: /, "") : String(error)
     return Either.left(`pattern is not a valid regular expression: ${reason}; ${syntax}`)

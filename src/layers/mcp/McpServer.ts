@@ -31,6 +31,7 @@ import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
+import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
 import { maxMessageBytes } from "./Limits.js"
 import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
@@ -128,6 +129,7 @@ export const makeServer = (settings: SettingsShape, services: ServicesHandle) =>
   }))
 
   const server = new Server(serverInfo, {
+    jsonSchemaValidator: lazyJsonSchemaValidator,
     capabilities: {
       tools: {},
       resources: {},

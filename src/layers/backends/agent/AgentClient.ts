@@ -278,7 +278,8 @@ export class AgentClient {
         resume(Effect.fail(this.unavailable("start a process", this.dead)))
         return
       }
-      const payload = encodeSpawn(spec)
+      // A terminal's process always gets its shell: interactive programs start under it.
+      const payload = encodeSpawn(tty === undefined ? spec : { ...spec, direct: undefined })
       if (payload === undefined || spec.argv.length === 0) {
         resume(Effect.fail(new SpawnFailed({ command, reason: "argv is empty or contains a NUL byte" })))
         return
@@ -293,7 +294,7 @@ export class AgentClient {
       }
       this.entries.set(id, entry)
       this.decoder.expectSpawn(id)
-      if (tty === undefined) this.send(FrameType.Spawn, id, payload)
+      if (tty === undefined) this.send(spec.direct?.length ? FrameType.SpawnDirect : FrameType.Spawn, id, payload)
       else this.send(FrameType.SpawnTty, id, Buffer.concat([encodeSize(tty.cols, tty.rows), payload]))
       return Effect.sync(() => {
         // Interrupted while starting: whatever starts is killed and forgotten.

@@ -10,6 +10,7 @@ import { type ProviderError, providerError, Unsupported } from "../../../domain/
 import type { BackendProcess, ExitInfo, SpawnSpec } from "../../../services/Backend.js"
 import { ProcessEvents } from "../ProcessEvents.js"
 import type { AgentClient } from "./AgentClient.js"
+import { directArgv } from "../../../domain/SimpleCommand.js"
 import { validSize } from "./AgentProtocol.js"
 
 /** Fails while the computer's agent is gone (the computer was lost or closed). */
@@ -44,7 +45,7 @@ export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec) =>
     events.hold = (hold) => (held.id === undefined ? (held.early = hold) : client.holdOutput(held.id, hold))
     const env = tty !== undefined && spec.env["TERM"] === undefined ? { ...spec.env, TERM: DEFAULT_TERM } : spec.env
     const { id, pid } = yield* Effect.acquireRelease(
-      client.spawn({ argv: spec.argv, cwd: spec.cwd, env }, {
+      client.spawn({ argv: spec.argv, cwd: spec.cwd, env, direct: tty === undefined ? directArgv(spec.argv, env) : undefined }, {
         onStdout: events.data,
         onStderr: events.stderr,
         onExit: (exit, ended) => events.exit(exitWithTeardown(exit, ended)),

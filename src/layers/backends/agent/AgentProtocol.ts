@@ -18,6 +18,7 @@ export const FrameType = {
   RelayEofIn: 9,
   RelayCreditIn: 10,
   RelayReset: 11,
+  SpawnDirect: 12,
   Ready: 16,
   Started: 17,
   SpawnFailed: 18,
@@ -67,18 +68,26 @@ export interface AgentSpawnSpec {
   readonly argv: ReadonlyArray<string>
   readonly cwd: string
   readonly env: Readonly<Record<string, string>>
+  /** Words the agent execs itself before falling back to `argv` (SPAWN_DIRECT; see SimpleCommand). */
+  readonly direct?: ReadonlyArray<string> | undefined
 }
 
-/** `u32 argc | u32 envc | cwd\0 | argv\0… | K=V\0…`; undefined when a string holds a NUL byte. */
+/**
+ * SPAWN: `u32 argc | u32 envc | cwd\0 | argv\0… | K=V\0…`; with `direct` (SPAWN_DIRECT), a
+ * `u32 directc` before it and `direct\0…` after. Undefined when a string holds a NUL byte.
+ */
 export const encodeSpawn = (spec: AgentSpawnSpec): Buffer | undefined => {
   const env = Object.entries(spec.env).map(([key, value]) => `${key}=${value}`)
-  const strings = [spec.cwd, ...spec.argv, ...env]
+  const direct = spec.direct ?? []
+  const strings = [spec.cwd, ...spec.argv, ...env, ...direct]
   if (strings.some((s) => s.includes("\0"))) return undefined
   const body = Buffer.from(strings.join("\0") + "\0", "utf8")
-  const payload = Buffer.allocUnsafe(8 + body.length)
-  payload.writeUInt32LE(spec.argv.length, 0)
-  payload.writeUInt32LE(env.length, 4)
-  body.copy(payload, 8)
+  const head = direct.length > 0 ? 12 : 8
+  const payload = Buffer.allocUnsafe(head + body.length)
+  if (direct.length > 0) payload.writeUInt32LE(direct.length, 0)
+  payload.writeUInt32LE(spec.argv.length, head - 8)
+  payload.writeUInt32LE(env.length, head - 4)
+  body.copy(payload, head)
   return payload
 }
 
