@@ -3,6 +3,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import { createRequire } from "node:module"
+import type * as Re2js from "re2js"
 import type { RE2JS } from "re2js"
 
 /**
@@ -15,7 +16,7 @@ import type { RE2JS } from "re2js"
 // re2js (~190 KB) is loaded with the first pattern, not at startup.
 const require = createRequire(import.meta.url)
 let re2: typeof RE2JS | undefined
-const RE2 = (): typeof RE2JS => (re2 ??= (require("re2js") as typeof import("re2js")).RE2JS)
+const RE2 = (): typeof RE2JS => (re2 ??= (require("re2js") as typeof Re2js).RE2JS)
 
 /** Most RE2 instructions a pattern may compile to (`[ab]{1,1000}` is about 2000). */
 export const maxProgramSize = 1000

@@ -15,6 +15,8 @@ export interface ConformanceTarget {
   /** The backend can run here (else: skipped locally, a failure under CI=true). */
   readonly available: boolean
   readonly requirement: string
+  /** The computer's filesystem keeps permission bits (not WASM's: any file may be run). */
+  readonly fileModes?: boolean
 }
 
 type Services = Processes | Computers | Files | Backend
@@ -60,6 +62,30 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         assert.strictEqual(failed.stderr, "broken\n")
         const args = yield* processes.exec("c", { args: ["sh", "-c", "echo \"$1\"", "sh", "a b  c"] })
         assert.strictEqual(args.stdout, "a b  c\n")
+      })), 120_000)
+
+    it.live("a simple command runs as its shell would run it (the agent execs plain words itself)", () =>
+      run(target, Effect.gen(function*() {
+        const { processes } = yield* services
+        // What the shell exports to what it runs: PWD is the directory the process starts in.
+        const env = yield* processes.spawn("c", { command: "env", cwd: "/tmp" })
+        assert.strictEqual(env.exitCode, 0)
+        assert.include(`\n${env.stdout}`, "\nPWD=/tmp\n")
+        const sum = yield* processes.spawn("c", { command: "expr  6 +\t7" })
+        assert.strictEqual(sum.stdout, "13\n")
+        // Nothing to exec: the shell's own answers, as before.
+        const missing = yield* processes.spawn("c", { command: "kt-no-such-command --flag" })
+        assert.strictEqual(missing.exitCode, 127)
+        assert.match(missing.stderr, /kt-no-such-command.*not found/)
+        yield* processes.exec("c", {
+          command: "printf 'echo from-script $0\\n' > /tmp/kt-no-shebang && chmod 755 /tmp/kt-no-shebang && printf x > /tmp/kt-plain"
+        })
+        const script = yield* processes.spawn("c", { command: "/tmp/kt-no-shebang" })
+        assert.strictEqual(script.stdout, "from-script /tmp/kt-no-shebang\n")
+        if (target.fileModes !== false) {
+          const plain = yield* processes.spawn("c", { command: "/tmp/kt-plain" })
+          assert.strictEqual(plain.exitCode, 126)
+        }
       })), 120_000)
 
     it.live("stdin reaches a pipe and eof ends it", 

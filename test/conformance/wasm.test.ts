@@ -10,5 +10,6 @@ conformance("toolset", {
   backend: () => WasmBackend.layer({ mode: "toolset", modulePath: undefined, maxMemoryMb: 256, timeoutMs: 0, stateDir }),
   settings: { stateDir },
   available: WasmBackend.findToolsetDir() !== undefined,
-  requirement: "the WASI toolset (bash wasm/build.sh, output in wasm/build/)"
+  requirement: "the WASI toolset (bash wasm/build.sh, output in wasm/build/)",
+  fileModes: false
 })

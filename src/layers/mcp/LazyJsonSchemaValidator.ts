@@ -1,7 +1,8 @@
+import type * as AjvProviderModule from "@modelcontextprotocol/sdk/validation/ajv"
 import type { jsonSchemaValidator, JsonSchemaType, JsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/types.js"
 import { createRequire } from "node:module"
 
-type AjvProvider = typeof import("@modelcontextprotocol/sdk/validation/ajv")
+type AjvProvider = typeof AjvProviderModule
 
 const require = createRequire(import.meta.url)
 

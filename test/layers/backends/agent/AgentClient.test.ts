@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -174,5 +174,46 @@ describe("AgentClient (unsandboxed agent)", () => {
       assert.strictEqual(logs.length, 1)
       assert.match(logs[0]!, /cannot clear the capability bounding set \(Operation not permitted; \d+ capabilities remain/)
       assert.strictEqual(out, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n")
+    }))
+
+  it.scopedLive("SPAWN_DIRECT execs plain words itself, with PWD, and falls back to the shell when nothing can run", () =>
+    Effect.gen(function*() {
+      const client = yield* start
+      const run = (direct: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+        Effect.gen(function*() {
+          let out = ""
+          let exit: ExitInfo | undefined
+          let closed = false
+          yield* client.spawn({
+            argv: ["sh", "-c", "echo via-shell"],
+            direct,
+            cwd: dir,
+            env: { PATH: "/usr/bin:/bin", ...env }
+          }, {
+            onStdout: (data) => (out += Buffer.from(data).toString()),
+            onStderr: () => {},
+            onExit: (e) => (exit = e),
+            onClosed: () => (closed = true)
+          })
+          for (let i = 0; i < 500 && !closed; i++) yield* Effect.sleep("10 millis")
+          assert.isTrue(closed)
+          return { out, exit }
+        })
+      // Run without the shell: `env` prints the environment it was given, PWD replaced by the cwd.
+      const env = yield* run(["env"], { PWD: "/elsewhere", MARK: "1" })
+      assert.notInclude(env.out, "via-shell")
+      assert.include(`\n${env.out}`, `\nPWD=${dir}\n`)
+      assert.notInclude(env.out, "/elsewhere")
+      assert.include(env.out, "MARK=1\n")
+      assert.deepStrictEqual(env.exit, { exitCode: 0, signal: null })
+      // Searched on the env's PATH, empty entries meaning the directory, as a shell searches.
+      const found = yield* run(["expr", "2", "+", "3"], { PATH: "/nonexistent::/usr/bin:/bin" })
+      assert.strictEqual(found.out, "5\n")
+      // Not found, a script without #!, a file that is not executable: the shell takes over.
+      assert.strictEqual((yield* run(["kt-no-such-command"])).out, "via-shell\n")
+      writeFileSync(join(dir, "no-shebang"), "echo script\n", { mode: 0o755 })
+      assert.strictEqual((yield* run(["./no-shebang"])).out, "via-shell\n")
+      writeFileSync(join(dir, "plain"), "x", { mode: 0o644 })
+      assert.strictEqual((yield* run([join(dir, "plain")])).out, "via-shell\n")
     }))
 })
