@@ -3,7 +3,9 @@
 //   - process-mcp (anonx3247/process-mcp), a peer on the same MCP SDK, host mode, unsandboxed,
 //   - kilntainers on the host backend, sandboxed (bubblewrap + kt-agent),
 //   - kilntainers with --unsafe-no-sandbox,
-//   - kilntainers sandboxed with --shell /bin/sh, the peer's shell (bash, our default, starts slower).
+//   - kilntainers sandboxed, `true;`: a command that needs its shell (bash, the default --shell).
+//     Plain words like `true` are exec'd by the agent itself (src/domain/SimpleCommand.ts); this row
+//     shows what starting bash costs where a shell is needed.
 // The contenders are called in turn, one call each per step, in an order that rotates every step,
 // so all see the same machine; each round reports p50/p90/p99 per contender, and the CPU time each
 // server process used per call (from /proc: the agent's and the commands' own CPU not included;
@@ -16,7 +18,7 @@
 //   (or: git clone https://github.com/anonx3247/process-mcp /tmp/peers/process-mcp)
 //   cd /tmp/peers/process-mcp && npm ci && npm run build
 // Then, after `npm run build` here:
-//   node bench/round-trip.mjs [--process-mcp DIR] [--calls N] [--rounds N] [--cpu-prof DIR] [--no-sh-row]
+//   node bench/round-trip.mjs [--process-mcp DIR] [--calls N] [--rounds N] [--cpu-prof DIR] [--no-shell-row]
 //     [--before BIN [--before-label TEXT]]   (another build's dist/bin/kilntainers.mjs, one more row)
 // DIR defaults to $PROCESS_MCP_DIR; without either, process-mcp is left out (and said so).
 // --cpu-prof DIR starts each server under `node --cpu-prof`, writing DIR/<server>/*.cpuprofile.
@@ -59,7 +61,7 @@ const bare = {
 }
 
 /** An MCP server over stdio, called through the SDK client; `ok` checks one `spawn true` result. */
-const mcpContender = async (name, command, serverArgs, env, ok, cwd) => {
+const mcpContender = async (name, command, serverArgs, env, ok, cwd, spawned = "true") => {
   const transport = new StdioClientTransport({ command, args: serverArgs, env, stderr: "inherit", ...(cwd ? { cwd } : {}) })
   const client = new Client({ name: "bench-round-trip", version: "1" })
   await client.connect(transport)
@@ -68,7 +70,7 @@ const mcpContender = async (name, command, serverArgs, env, ok, cwd) => {
     pid: transport.pid,
     call: async () => {
       const start = process.hrtime.bigint()
-      const result = await client.callTool({ name: "spawn", arguments: { command: "true" } })
+      const result = await client.callTool({ name: "spawn", arguments: { command: spawned } })
       const elapsed = elapsedSince(start)
       if (result.isError || !ok(result)) throw new Error(`${name}: spawn failed: ${JSON.stringify(result)}`)
       return elapsed
@@ -78,14 +80,16 @@ const mcpContender = async (name, command, serverArgs, env, ok, cwd) => {
 }
 
 const nodeArgs = (profDir) => (profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])
-const kilntainers = (name, extra, profName, built = bin) => {
+const kilntainers = (name, extra, profName, built = bin, spawned = "true") => {
   const stateDir = mkdtempSync(join(scratch, "state-"))
   return mcpContender(
     name,
     process.execPath,
     [...nodeArgs(cpuProf && join(cpuProf, profName)), built, "--backend", "host", "--state-dir", stateDir, "--log-level", "error", ...extra],
     baseEnv,
-    (result) => result.structuredContent?.exitCode === 0
+    (result) => result.structuredContent?.exitCode === 0,
+    undefined,
+    spawned
   )
 }
 
@@ -118,10 +122,10 @@ contenders.push(await kilntainers("kilntainers, --unsafe-no-sandbox", ["--unsafe
 // Another build (an earlier revision), sandboxed, side by side: what a change did, in one run.
 const before = option("--before", undefined)
 if (before) contenders.push(await kilntainers(`kilntainers, host sandbox, ${option("--before-label", "before")}`, [], "before", before))
-// Our commands run under bash (the default --shell); process-mcp's under /bin/sh (dash here), which
-// starts faster. This row is the same sandboxed server with the peer's shell: the runtime alone.
-if (!args.includes("--no-sh-row")) {
-  contenders.push(await kilntainers("kilntainers, host sandbox, --shell /bin/sh", ["--shell", "/bin/sh"], "sandbox-sh"))
+// A command with shell syntax runs under bash (the default --shell), which starts slower than
+// process-mcp's /bin/sh (dash here): what the agent's direct exec of plain words saves.
+if (!args.includes("--no-shell-row")) {
+  contenders.push(await kilntainers("kilntainers, host sandbox, `true;` (bash)", [], "sandbox-bash", bin, "true;"))
 }
 
 const ms = (n) => n.toFixed(2).padStart(6)
