@@ -19,7 +19,6 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
 import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
@@ -29,6 +28,7 @@ import type { Files } from "../../services/Files.js"
 import type { Processes, ProgressReporter } from "../../services/Processes.js"
 import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
+import * as ArgumentErrors from "./ArgumentErrors.js"
 import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
 import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
@@ -47,8 +47,6 @@ const errorResult = (message: string): CallToolResult => ({ isError: true, conte
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
-const kind = (value: unknown) =>
-  value === null ? "null" : Array.isArray(value) ? "an array" : `${/^[aeiou]/.test(typeof value) ? "an" : "a"} ${typeof value}`
 
 /** Any tools/call request: its params are checked by the handler, which answers with tool results. */
 const AnyToolCall = z.object({ method: z.literal("tools/call"), params: z.unknown() })
@@ -118,11 +116,12 @@ export const makeServer = (settings: SettingsShape, services: ServicesHandle) =>
     ...ComputerTools.make()
   ]
   const byName = new Map(tools.map((tool) => [tool.name, tool]))
+  const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const listed = tools.map((tool) => ({
     name: tool.name,
     title: tool.annotations.title,
     description: tool.description,
-    inputSchema: Tool.jsonSchema(tool.input),
+    inputSchema: inputSchemas.get(tool.name)!,
     outputSchema: Tool.jsonSchema(tool.output),
     annotations: tool.annotations,
     ...(tool.meta ? { _meta: tool.meta } : {})
@@ -184,11 +183,11 @@ export const makeServer = (settings: SettingsShape, services: ServicesHandle) =>
         : tool === undefined
         ? Effect.succeed(errorResult(`unknown tool '${name}'; available: ${[...byName.keys()].join(", ")}`))
         : !isObject(args)
-        ? invalid(`invalid arguments for ${tool.name}: arguments must be an object of named arguments, not ${kind(args)}`)
-        : Schema.decodeUnknown(tool.input)(args, { onExcessProperty: "error" }).pipe(
+        ? invalid(`invalid arguments for ${tool.name}: arguments must be an object of named arguments, not ${ArgumentErrors.kindOf(args)}`)
+        : Schema.decodeUnknown(tool.input)(args, { onExcessProperty: "error", errors: "all" }).pipe(
           Effect.mapError((error) => ({
             _tag: "InvalidInput",
-            message: `invalid arguments for ${tool.name}: ${ParseResult.TreeFormatter.formatErrorSync(error)}`
+            message: ArgumentErrors.describe(tool.name, inputSchemas.get(tool.name)!, args, error)
           })),
           Effect.flatMap((input) => tool.handle(input, { session, progress })),
           Effect.locally(CurrentProgress, progress),

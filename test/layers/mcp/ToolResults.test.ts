@@ -152,4 +152,26 @@ describe("tool results an agent can live on", () => {
         }
       }
     }))
+
+  it.scoped("bad arguments are told in one line a model can act on, without repeating the values", () =>
+    Effect.gen(function*() {
+      const { call } = yield* connected()
+      const cases: ReadonlyArray<readonly [string, Record<string, unknown>, string]> = [
+        ["spawn", { command: 5 }, "spawn: command must be a string (got a number)"],
+        ["spawn", {}, "spawn: command is required: a string"],
+        ["spawn", { command: "ls", cols: 0 }, "spawn: cols must be an integer from 2 to 1000"],
+        ["spawn", { command: "ls", env: { A: 1 } }, "spawn: env.A must be a string (got a number)"],
+        ["wait", { id: "p1", timeoutMs: "soon" }, "wait: timeoutMs must be an integer ≥ 0 (got a string)"],
+        ["stdout", { id: "p1", maxBytes: -3, lines: 0 }, "stdout: lines must be an integer from 1 to 100000; maxBytes must be an integer ≥ 1"]
+      ]
+      for (const [tool, args, said] of cases) {
+        const result = yield* call(tool, args)
+        assert.isTrue(result.isError)
+        assert.strictEqual(result.text, `InvalidInput: invalid arguments for ${said}`)
+      }
+      const unknown = yield* call("spawn", { command: "ls", secret: "hunter2" })
+      assert.match(unknown.text, /^InvalidInput: invalid arguments for spawn: secret is not an argument of spawn \(it takes command, cwd, env, /)
+      assert.notInclude(unknown.text, "hunter2")
+      assert.notInclude((yield* call("spawn", { command: ["hunter2"] })).text, "hunter2")
+    }))
 })
