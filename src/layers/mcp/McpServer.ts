@@ -104,6 +104,43 @@ const describeFailure = (cause: Cause.Cause<unknown>): string => {
     : String(error)
 }
 
+interface Catalogue {
+  readonly byName: ReadonlyMap<string, Tool.Tool<any, any, ToolServices>>
+  readonly inputSchemas: ReadonlyMap<string, ReturnType<typeof Tool.jsonSchema>>
+  readonly listed: ReadonlyArray<Record<string, unknown>>
+}
+
+const catalogues = new WeakMap<SettingsShape, Catalogue>()
+
+/**
+ * The tools of these settings and what tools/list says of them, made once per settings: every
+ * HTTP session gets a `Server` of its own, and the JSON Schemas take milliseconds to derive.
+ */
+const catalogue = (settings: SettingsShape): Catalogue => {
+  const cached = catalogues.get(settings)
+  if (cached !== undefined) return cached
+  const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
+    ...ProcessTools.make(settings),
+    ...ComputerTools.make()
+  ]
+  const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
+  const made: Catalogue = {
+    byName: new Map(tools.map((tool) => [tool.name, tool])),
+    inputSchemas,
+    listed: tools.map((tool) => ({
+      name: tool.name,
+      title: tool.annotations.title,
+      description: tool.description,
+      inputSchema: inputSchemas.get(tool.name)!,
+      outputSchema: Tool.jsonSchema(tool.output),
+      annotations: tool.annotations,
+      ...(tool.meta ? { _meta: tool.meta } : {})
+    }))
+  }
+  catalogues.set(settings, made)
+  return made
+}
+
 /**
  * Builds an MCP `Server` (the SDK's low-level one) whose tools are the Schema-typed tool catalogue.
  * Every call runs as an Effect in the captured runtime, with the services once they have started;
@@ -111,21 +148,7 @@ const describeFailure = (cause: Cause.Cause<unknown>): string => {
  */
 export const makeServer = (settings: SettingsShape, services: ServicesHandle) => Effect.gen(function*() {
   const run = Runtime.runPromiseExit(yield* Effect.runtime<never>())
-  const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
-    ...ProcessTools.make(settings),
-    ...ComputerTools.make()
-  ]
-  const byName = new Map(tools.map((tool) => [tool.name, tool]))
-  const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
-  const listed = tools.map((tool) => ({
-    name: tool.name,
-    title: tool.annotations.title,
-    description: tool.description,
-    inputSchema: inputSchemas.get(tool.name)!,
-    outputSchema: Tool.jsonSchema(tool.output),
-    annotations: tool.annotations,
-    ...(tool.meta ? { _meta: tool.meta } : {})
-  }))
+  const { byName, inputSchemas, listed } = catalogue(settings)
 
   const server = new Server(serverInfo, {
     jsonSchemaValidator: lazyJsonSchemaValidator,
