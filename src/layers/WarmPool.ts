@@ -3,7 +3,7 @@
  * out on the next `computer_create` or first call of a session that needs a new temporary computer,
  * then refilled in the background with bounded concurrency. A pool member is an ordinary temporary
  * computer of this server (its labels say so, plus the pool's mark), so the reaper removes it after
- * a crash like any other; handing it out renames it at the provider (see `Backend.adopt`).
+ * a crash like any other; handing it out gives it its real id at the provider (`Backend.adopt`).
  * Permanent computers are always made fresh: their identity must be found again from the
  * provider's labels alone, which a pooled computer cannot carry.
  */
