@@ -37,6 +37,23 @@ const createAndRun = (computers, processes, n, tag) =>
     return elapsed
   })
 
+/**
+ * The same in two steps, for the breakdown: n computers created at once (ms until the last is
+ * handed out), then `true` in each at once (the command path alone, on running computers).
+ */
+const createThenRun = (computers, processes, n, tag) =>
+  Effect.gen(function*() {
+    const ids = Array.from({ length: n }, (_, i) => `wp-${process.pid}-${tag}-${i}`)
+    const start = now()
+    yield* Effect.forEach(ids, (id) => computers.create("bench", { computer_id: id }), { concurrency: "unbounded", discard: true })
+    const created = now() - start
+    const again = now()
+    yield* Effect.forEach(ids, (id) => processes.exec("bench", { computer_id: id, command: "true" }), { concurrency: "unbounded", discard: true })
+    const command = now() - again
+    yield* Effect.forEach(ids, (id) => computers.delete("bench", id), { concurrency: "unbounded", discard: true })
+    return { created, command }
+  })
+
 const measure = (warmPool) =>
   Effect.gen(function*() {
     const computers = yield* Computers
@@ -52,13 +69,20 @@ const measure = (warmPool) =>
     yield* createAndRun(computers, processes, 1, "warm") // warm-up
     const one = []
     const ten = []
+    const split = { one: [], ten: [] }
     for (let round = 0; round < rounds; round++) {
       yield* ready
       one.push(yield* createAndRun(computers, processes, 1, `one${round}`))
       yield* ready
       ten.push(yield* createAndRun(computers, processes, 10, `ten${round}`))
+      if (warmPool > 0) {
+        yield* ready
+        split.one.push(yield* createThenRun(computers, processes, 1, `split-one${round}`))
+        yield* ready
+        split.ten.push(yield* createThenRun(computers, processes, 10, `split-ten${round}`))
+      }
     }
-    return { one, ten }
+    return { one, ten, split }
   }).pipe(Effect.provide(Layer.fresh(Kilntainers.layer(
     Settings.make({ stateDir: mkdtempSync(join(tmpdir(), "kt-bench-pool-")), backend, image, warmPool }),
     `bench-${process.pid}-${warmPool}`
@@ -105,7 +129,14 @@ console.log(row("kilntainers, no pool: 1", fresh.one))
 console.log(row("kilntainers, no pool: 10 at once", fresh.ten))
 console.log(row(`kilntainers, pool of ${POOL}: 1`, pooled.one))
 console.log(row(`kilntainers, pool of ${POOL}: 10 at once`, pooled.ten))
+console.log("  breakdown, pool of 10 (the same in two steps):")
+console.log(row("  hand-outs alone: 1", pooled.split.one.map((x) => x.created)))
+console.log(row("  hand-outs alone: 10 at once", pooled.split.ten.map((x) => x.created)))
+console.log(row("  then a command in each: 1", pooled.split.one.map((x) => x.command)))
+console.log(row("  then a command in each: 10 at once", pooled.split.ten.map((x) => x.command)))
 if (bare) console.log(`  pooled 1 / bare: ${(median(pooled.one) / median(bare)).toFixed(3)} (target ≤ 0.1)`)
 console.log(`  pooled 10 / pooled 1: ${(median(pooled.ten) / median(pooled.one)).toFixed(2)} (target ≤ 2)`)
 console.log(`  no pool 10 / no pool 1: ${(median(fresh.ten) / median(fresh.one)).toFixed(2)}`)
+const ratio = (key) => (median(pooled.split.ten.map((x) => x[key])) / median(pooled.split.one.map((x) => x[key]))).toFixed(2)
+console.log(`  hand-outs alone 10 / 1: ${ratio("created")}; a command on running computers 10 / 1: ${ratio("command")}`)
 process.exit(0)

@@ -6,6 +6,7 @@
  * provider is called in the actor's own fiber, so there is no lock around provider calls: creating
  * ten computers takes about as long as one, and one slow computer never holds up another.
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
@@ -106,6 +107,8 @@ export const layer = Layer.scoped(
       ? yield* WarmPool.make({
         size: settings.warmPool,
         concurrency: Math.min(settings.warmPool, 4),
+        // A burst of hand-outs first, the refill after (WarmPool.make).
+        quiet: Duration.millis(100),
         open: Effect.flatMap(generateComputerId, (id) => make(`pool-${id}`, true, "", false, { _tag: "Create", pooled: true }))
       })
       : undefined

@@ -3,7 +3,7 @@
  * out on the next `computer_create` or first call of a session that needs a new temporary computer,
  * then refilled in the background with bounded concurrency. A pool member is an ordinary temporary
  * computer of this server (its labels say so, plus the pool's mark), so the reaper removes it after
- * a crash like any other; handing it out renames it at the provider (see `Backend.adopt`).
+ * a crash like any other; handing it out gives it its real id at the provider (`Backend.adopt`).
  * Permanent computers are always made fresh: their identity must be found again from the
  * provider's labels alone, which a pooled computer cannot carry.
  */
@@ -43,11 +43,17 @@ export interface WarmPool {
  * Keeps `size` members ready, preparing at most `concurrency` at once. `open` makes a member (a
  * computer in its own scope, created in the pool's name); a member that fails or is lost is dropped
  * and replaced, with a backoff while creation keeps failing.
+ *
+ * The refill waits until hand-outs pause for `quiet` (at most `quiet` × 10 after the first): making
+ * a computer is the heaviest thing the engine and the server do, and a burst of hand-outs (ten
+ * `computer_create` at once) would otherwise share the CPU with it — each hand-out's first command
+ * waited behind the refill's container creation.
  */
 export const make = (options: {
   readonly size: number
   readonly concurrency: number
   readonly open: Effect.Effect<Member>
+  readonly quiet?: Duration.DurationInput | undefined
 }): Effect.Effect<WarmPool, never, Scope.Scope> =>
   Effect.gen(function*() {
     const ready: Array<Member> = []
@@ -78,10 +84,22 @@ export const make = (options: {
 
     const missing = () => options.size - ready.length - starting
 
+    /** After hand-outs: until none for `quiet`, bounded to ten pauses. */
+    const quiet = Duration.decode(options.quiet ?? 0)
+    let seen = 0
+    const pause = Effect.gen(function*() {
+      for (let waits = 0; waits < 10 && handedOut !== seen && Duration.toMillis(quiet) > 0; waits++) {
+        seen = handedOut
+        yield* Effect.sleep(quiet)
+      }
+      seen = handedOut
+    })
+
     // Refill: start what is missing; while creation fails, back off (bounded, 1 s to 30 s).
     yield* Effect.gen(function*() {
       let failures = 0
       while (true) {
+        yield* pause
         const wanted = missing()
         if (wanted > 0) {
           starting += wanted

@@ -180,9 +180,10 @@ export class Backend extends Context.Tag("kilntainers/services/Backend")<Backend
   /** Removes the computer for good (also when it is already gone). */
   readonly remove: (instance: Instance) => Effect.Effect<void, ProviderError>
   /**
-   * Renames a warm pool's computer to its real id (Docker: the container name; host: the workspace
-   * record). Labels that cannot change keep the pool's mark; the kernel knows the rest. Without it,
-   * no warm pool.
+   * Gives a warm pool's computer its real id, so that `find` answers it under that id from now on
+   * (Docker: a record in the state directory, or a container rename without one; host: the
+   * workspace directory and record renamed). Labels that cannot change keep the pool's mark; the
+   * kernel knows the rest. Without it, no warm pool.
    */
   readonly adopt?: ((instance: Instance, metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>) | undefined
   /** A permanent computer is released by its last holder (E2B pauses it; most do nothing). */

@@ -312,7 +312,8 @@ describe("the warm pool", () => {
         // A named computer is not echoed back; ps says where the process runs.
         assert.notProperty(spawned, "computer_id")
         assert.strictEqual((yield* processes.list("s1")).processes.find((p) => p.pid === spawned.pid)?.computer_id, "fast")
-        // Refilled in the background.
+        // Refilled in the background, once hand-outs pause for 100 ms.
+        yield* TestClock.adjust("100 millis")
         yield* eventually(() => scripted.calls.filter((c) => c.startsWith("connect pool-")).length === 3)
         assert.strictEqual((yield* computers.pool)!.handedOut, 1)
         // Visible only to its session, removed with it, like any temporary computer.

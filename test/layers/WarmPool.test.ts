@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, ExecutionStrategy, Option, Scope, TestClock } from "effect"
+import { type Duration, Effect, ExecutionStrategy, Option, Scope, TestClock } from "effect"
 import * as ComputerActor from "../../src/actors/ComputerActor.js"
 import * as WarmPool from "../../src/layers/WarmPool.js"
 import * as ScriptedBackend from "../support/ScriptedBackend.js"
@@ -9,7 +9,7 @@ type Scripted = Effect.Effect.Success<ReturnType<typeof ScriptedBackend.make>>
 const server = { instanceId: "this-server", owner: { host: "test-host", pid: 1, start: "0" } }
 
 /** A pool over the scripted provider: each member a pooled computer actor in its own scope. */
-const pool = (scripted: Scripted, size: number, concurrency = size) =>
+const pool = (scripted: Scripted, size: number, concurrency = size, quiet?: Duration.DurationInput) =>
   Effect.gen(function*() {
     const root = yield* Effect.scope
     let made = 0
@@ -26,7 +26,7 @@ const pool = (scripted: Scripted, size: number, concurrency = size) =>
       }, { _tag: "Create", pooled: true }).pipe(Scope.extend(scope))
       return { actor, scope }
     })
-    return yield* WarmPool.make({ size, concurrency, open })
+    return yield* WarmPool.make({ size, concurrency, open, quiet })
   })
 
 /** Lets forked fibers run until the condition holds (bounded: no wall clock). */
@@ -111,5 +111,36 @@ describe("WarmPool", () => {
       yield* TestClock.adjust("1 millis")
       yield* eventually(warm.status, (s) => s.ready === 1)
       assert.strictEqual(yield* creates(scripted), 3)
+    }))
+
+  it.scoped("the refill waits until hand-outs pause for `quiet` (a burst is not slowed by it), bounded to ten pauses", () =>
+    Effect.gen(function*() {
+      const scripted = yield* ScriptedBackend.make()
+      const warm = yield* pool(scripted, 3, 3, "100 millis")
+      yield* eventually(warm.status, (s) => s.ready === 3)
+      assert.isTrue(Option.isSome(warm.take()))
+      yield* settle
+      yield* TestClock.adjust("60 millis")
+      assert.isTrue(Option.isSome(warm.take()), "a second hand-out within the pause")
+      yield* TestClock.adjust("60 millis")
+      yield* settle
+      assert.strictEqual(yield* creates(scripted), 3, "no refill while hand-outs go on")
+      yield* TestClock.adjust("100 millis")
+      yield* eventually(warm.status, (s) => s.ready === 3)
+      assert.strictEqual(yield* creates(scripted), 5)
+    }))
+
+  it.scoped("hand-outs that never pause hold the refill back for ten pauses at most", () =>
+    Effect.gen(function*() {
+      const scripted = yield* ScriptedBackend.make()
+      const warm = yield* pool(scripted, 14, 14, "100 millis")
+      yield* eventually(warm.status, (s) => s.ready === 14)
+      for (let i = 0; i < 13; i++) {
+        assert.isTrue(Option.isSome(warm.take()))
+        yield* settle
+        if (i < 11) assert.strictEqual(yield* creates(scripted), 14, `still waiting at hand-out ${i}`)
+        yield* TestClock.adjust("90 millis")
+      }
+      yield* eventually(creates(scripted), (n) => n > 14)
     }))
 })

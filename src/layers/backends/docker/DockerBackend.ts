@@ -11,7 +11,8 @@
  *   DockerConnection.ts  a running container's agent (or Engine exec) and its loss (DockerEvents.ts)
  *
  * restart = container restart (writable layer kept); factory reset (the kernel) = remove, then
- * create from the image recorded on the container; adopt (warm pool) = container rename.
+ * create from the image recorded on the container; adopt (warm pool) = a record in the state
+ * directory (PoolIds.ts; a container rename without one).
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -30,6 +31,7 @@ import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
 import * as DockerMounts from "./DockerMounts.js"
+import * as PoolIds from "./PoolIds.js"
 import { parseRunFlags, parseSize } from "./DockerRunFlags.js"
 
 export { connectionOptions, ping } from "./DockerEngine.js"
@@ -115,7 +117,9 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
     const engine = yield* DockerEngine.make(options)
     yield* DockerEngine.reachable(engine)
     yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
-    const containers = yield* DockerContainers.make(engine, settings)
+    // Warm pool hand-outs are recorded in the state directory (PoolIds.ts); without one, renamed.
+    const poolIds = options.stateDir === undefined ? undefined : PoolIds.make(options.stateDir, engine.name)
+    const containers = yield* DockerContainers.make(engine, settings, poolIds)
     // Found once; without it every process is an Engine API exec.
     const binaries = yield* NativeBinaries.locate(engine.name).pipe(
       Effect.tapError((error) =>

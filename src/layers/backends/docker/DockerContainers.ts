@@ -29,17 +29,20 @@
  *     --user gets no capabilities beyond its own --cap-add (on Podman they would be ambient).
  */
 import type Docker from "dockerode"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import { computerIdPattern } from "../../../domain/ComputerIds.js"
-import { type ComputerMetadata, fromLabels, selector, toLabels } from "../../../domain/ComputerMetadata.js"
+import { type ComputerMetadata, fromLabels, labelKey, selector, toLabels } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, InstanceState, Query } from "../../../services/Backend.js"
+import { coalesce } from "./Coalesce.js"
 import { type Engine, hasStatus } from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
 import type { ContainerMounts } from "./DockerMounts.js"
 import { normalizeCapability, type RunFlagSettings } from "./DockerRunFlags.js"
+import type * as PoolIds from "./PoolIds.js"
 
 export const HOME = "/home/agent"
 /** The capabilities kept after CapDrop ALL (see the header for why each one). */
@@ -144,17 +147,21 @@ const stateOf = (state: string | undefined): InstanceState => {
 }
 
 /**
- * The computer a container is, from its labels; a warm pool's container renamed on adoption keeps
- * its pool labels (labels cannot change), so its name says its id.
+ * The computer a container is, from its labels. A warm pool's container handed out keeps its pool
+ * labels and name (labels cannot change): its id is `recorded` in the state directory (PoolIds.ts),
+ * or, renamed by an older version or without a state directory, its name `kilntainer-<id>` says it.
  */
 export const metadataOf = (
   labels: Readonly<Record<string, string>> | undefined,
   name: string | undefined,
-  fallback: { readonly image: string; readonly created: string }
+  fallback: { readonly image: string; readonly created: string },
+  recorded?: string | undefined
 ): Option.Option<ComputerMetadata> =>
   Option.map(fromLabels("dotted", labels, fallback), (metadata) => {
+    if (!metadata.pooled) return metadata
+    if (recorded !== undefined) return { ...metadata, id: recorded }
     const named = name?.replace(/^\//, "")
-    if (!metadata.pooled || named === undefined || !named.startsWith(NAME_PREFIX)) return metadata
+    if (named === undefined || !named.startsWith(NAME_PREFIX)) return metadata
     const id = named.slice(NAME_PREFIX.length)
     return computerIdPattern.test(id) ? { ...metadata, id } : metadata
   })
@@ -167,8 +174,11 @@ export interface ContainerState {
   readonly exitCode: number
 }
 
-/** The provider calls on containers, over one engine. */
-export const make = (engine: Engine, settings: ContainerSettings) =>
+/**
+ * The provider calls on containers, over one engine. With `poolIds` (the state directory), a warm
+ * pool's container is handed out by a record there; without, by a rename at the engine.
+ */
+export const make = (engine: Engine, settings: ContainerSettings, poolIds?: PoolIds.PoolIds) =>
   Effect.gen(function*() {
     const { docker, call, fail } = engine
     /** Set once the engine turned out to have no init binary: later containers reap with a shell loop. */
@@ -182,7 +192,8 @@ export const make = (engine: Engine, settings: ContainerSettings) =>
     const remove = (instance: Instance): Effect.Effect<void, ProviderError> =>
       call("remove the container", (signal) => docker.getContainer(instance.providerId).remove({ force: true, v: true, abortSignal: signal })).pipe(
         Effect.asVoid,
-        Effect.catchIf((error) => error.reason === "NotFound", () => Effect.void)
+        Effect.catchIf((error) => error.reason === "NotFound", () => Effect.void),
+        Effect.zipRight(poolIds !== undefined && instance.metadata.pooled === true ? poolIds.forget(instance.providerId, instance.metadata.id) : Effect.void)
       )
 
     /** Why a name is taken: by our own computer, or by a container that is not ours (left untouched). */
@@ -250,21 +261,32 @@ export const make = (engine: Engine, settings: ContainerSettings) =>
         return yield* fail("create the container", "Failed", `${containerName(metadata.id)} could not be created`)
       })
 
-    /** Our containers: by label, and for an id also the warm pool's container renamed to it. */
-    const find = (query: Query): Effect.Effect<ReadonlyArray<Instance>, ProviderError> =>
-      Effect.gen(function*() {
-        const labels = selector("dotted", { temporary: query.temporary })
-        const containers = yield* call("list containers", (signal) =>
-          docker.listContainers({ all: true, filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) }, abortSignal: signal }))
-        return containers.flatMap((container): Array<Instance> => {
-          const metadata = metadataOf(container.Labels, container.Names?.[0], {
-            image: container.Image,
-            created: new Date(container.Created * 1000).toISOString()
-          })
-          if (Option.isNone(metadata) || (query.id !== undefined && metadata.value.id !== query.id)) return []
-          return [{ providerId: container.Id, metadata: metadata.value, state: stateOf(container.State) }]
-        })
+    /**
+     * Every container of ours as an instance, decoded once per listing (a handed-out pool container
+     * by its recorded id, PoolIds.ts, or its name); callers at once share one listing (Coalesce.ts).
+     */
+    const listAll = yield* coalesce(Effect.gen(function*() {
+      const listedAt = yield* Clock.currentTimeMillis
+      const containers = yield* call("list containers", (signal) =>
+        docker.listContainers({ all: true, filters: { label: Object.entries(selector("dotted")).map(([k, v]) => `${k}=${v}`) }, abortSignal: signal }))
+      const pooled = containers.some((container) => container.Labels?.[labelKey("dotted", "pooled")] === "true")
+      const records = poolIds !== undefined && pooled ? yield* poolIds.read : new Map<string, string>()
+      if (records.size > 0) yield* poolIds!.prune(records, new Set(containers.map((container) => container.Id)), listedAt)
+      return containers.flatMap((container): Array<Instance> => {
+        const metadata = metadataOf(container.Labels, container.Names?.[0], {
+          image: container.Image,
+          created: new Date(container.Created * 1000).toISOString()
+        }, records.get(container.Id))
+        return Option.isSome(metadata) ? [{ providerId: container.Id, metadata: metadata.value, state: stateOf(container.State) }] : []
       })
+    }))
+
+    /** Our containers, by id and kind. */
+    const find = (query: Query): Effect.Effect<ReadonlyArray<Instance>, ProviderError> =>
+      Effect.map(listAll, (instances) =>
+        instances.filter(({ metadata }) =>
+          (query.id === undefined || metadata.id === query.id) && (query.temporary === undefined || metadata.temporary === query.temporary)
+        ))
 
     /** Runs a found container again: unpaused, or started. */
     const start = (instance: Instance): Effect.Effect<Instance, ProviderError> =>
@@ -288,10 +310,15 @@ export const make = (engine: Engine, settings: ContainerSettings) =>
         Effect.as({ ...instance, state: "running" })
       )
 
-    /** A warm pool's container handed out: renamed to its real id (its labels keep the pool's). */
+    /**
+     * A warm pool's container handed out: its new id recorded in the state directory (no engine
+     * call), or without one the container renamed to it. Its labels keep the pool's.
+     */
     const adopt = (instance: Instance, metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
-      call("rename the container", (signal) =>
-        docker.getContainer(instance.providerId).rename({ name: containerName(metadata.id), abortSignal: signal })).pipe(
+      (poolIds !== undefined
+        ? poolIds.record(instance.providerId, metadata.id)
+        : call("rename the container", (signal) =>
+          docker.getContainer(instance.providerId).rename({ name: containerName(metadata.id), abortSignal: signal }))).pipe(
           Effect.as({ ...instance, metadata: { ...metadata, pooled: true } })
         )
 

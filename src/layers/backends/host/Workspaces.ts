@@ -12,7 +12,8 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
-import { chmod, lstat, mkdir, readdir, rename, rm } from "node:fs/promises"
+import { renameSync } from "node:fs"
+import { chmod, lstat, mkdir, readdir, rm } from "node:fs/promises"
 import { join } from "node:path"
 import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
 import { computerIdPattern } from "../../../domain/ComputerIds.js"
@@ -166,20 +167,27 @@ export const make = (options: WorkspacesOptions) => {
       yield* fs(`remove ${dir}`, () => rm(dir, { recursive: true, force: true, maxRetries: 3 }))
     })
 
-  /** Renames a (pool's) computer: its directory and its record. The running sandbox is not disturbed. */
+  /**
+   * Renames a (pool's) computer: its directory and its record, with synchronous file calls (see
+   * ComputerRecord.readNow). The running sandbox is not disturbed (its mounts hold the directory).
+   */
   const adopt = (instance: Instance, metadata: ComputerMetadata) =>
     Effect.gen(function*() {
-      const { dir, record } = yield* locate(instance)
+      const dir = dirOf(instance.metadata.id)
+      const record = yield* ComputerRecord.readNow(dir)
+      if (Option.isNone(record) || !matches(record.value, instance)) {
+        return yield* providerError(NAME, `find computer '${instance.metadata.id}'`, "NotFound", `${instance.providerId} is gone`)
+      }
       const target = dirOf(metadata.id)
-      yield* Effect.tryPromise({
-        try: () => rename(dir, target),
+      yield* Effect.try({
+        try: () => renameSync(dir, target),
         catch: (error) =>
           ["EEXIST", "ENOTEMPTY"].includes((error as NodeJS.ErrnoException).code ?? "")
-            ? providerError(NAME, `rename computer '${record.metadata.id}'`, "Conflict", `a computer '${metadata.id}' exists`, error)
-            : failed(`rename computer '${record.metadata.id}'`, error)
+            ? providerError(NAME, `rename computer '${record.value.metadata.id}'`, "Conflict", `a computer '${metadata.id}' exists`, error)
+            : failed(`rename computer '${record.value.metadata.id}'`, error)
       })
-      const next: Keyed = { ...record, key: record.key ?? (yield* newKey), metadata }
-      yield* ComputerRecord.write(target, next)
+      const next: Keyed = { ...record.value, key: record.value.key ?? (yield* newKey), metadata }
+      yield* ComputerRecord.writeNow(target, next)
       return instanceOf(next, "running")
     })
 

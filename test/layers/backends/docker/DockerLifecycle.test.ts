@@ -9,8 +9,9 @@
 import { assert, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { spawnSync } from "node:child_process"
-import { readdirSync, readlinkSync } from "node:fs"
-import { hostname } from "node:os"
+import { existsSync, mkdtempSync, readdirSync, readlinkSync } from "node:fs"
+import { hostname, tmpdir } from "node:os"
+import { join } from "node:path"
 import { afterAll } from "vitest"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import { processStartTime } from "../../../../src/layers/ProcessOwner.js"
@@ -21,12 +22,14 @@ import { Settings, type SettingsShape } from "../../../../src/services/Settings.
 import {
   computerIds,
   docker,
+  dockerComputer,
   dockerWorks,
   eventually,
   foreignContainer,
   removeOurContainers,
   requirement,
   TEST_IMAGE,
+  testMetadata,
   testOptions
 } from "../../../support/Docker.js"
 import { describeIf } from "../../../support/Requirements.js"
@@ -61,7 +64,6 @@ const processCount = (providerId: string) =>
       }
     }).length
   })
-const byName = (id: string) => Effect.promise(() => docker().getContainer(`kilntainer-${id}`).inspect().then((info) => info, () => undefined))
 
 describeIf(dockerWorks, requirement())("Docker lifecycles through the kernel", () => {
   it.live("a server that closes removes its temporary containers and leaves permanent ones running", () =>
@@ -248,21 +250,51 @@ describeIf(dockerWorks, requirement())("Docker lifecycles through the kernel", (
       assert.strictEqual((yield* processes.exec("s", { command: "echo alive", computer_id: computer.id })).stdout, "alive\n")
     }), 120_000)
 
-  it.scopedLive("the warm pool hands out a prepared container, renamed to the id asked for", () =>
+  it.scopedLive("the warm pool hands out a prepared container under the id asked for: recorded in the state directory, no rename; a second server sees it as another's", () =>
     Effect.gen(function*() {
-      const { computers, processes } = yield* server({ warmPool: 1 })
+      const stateDir = mkdtempSync(join(tmpdir(), "kt-pool-"))
+      const { computers, processes } = yield* server({ warmPool: 1, stateDir }, { stateDir })
       yield* eventually(computers.pool, (pool) => pool?.ready === 1, "the pool to fill", 30_000)
       const id = computerId("pooled")
       const computer = yield* computers.create("s", { computer_id: id })
       assert.strictEqual((yield* computers.pool)?.handedOut, 1)
-      const info = yield* byName(id)
-      assert.isDefined(info)
-      assert.strictEqual(info!.Id, yield* computer.providerId)
-      assert.strictEqual(info!.Config.Labels["kilntainers.pooled"], "true")
-      assert.strictEqual(info!.Config.Labels["kilntainers.temporary"], "true")
+      const providerId = yield* computer.providerId
+      const info = yield* inspect(providerId)
+      assert.match(info.Name, /^\/kilntainer-pool-/, "the container keeps its pool name")
+      assert.strictEqual(info.Config.Labels["kilntainers.pooled"], "true")
+      assert.strictEqual(info.Config.Labels["kilntainers.temporary"], "true")
+      assert.isTrue(existsSync(join(stateDir, "pool-ids", `${providerId}.${id}`)))
       assert.strictEqual((yield* processes.exec("s", { command: "echo ready", computer_id: id })).stdout, "ready\n")
       assert.isTrue((yield* computers.list("s")).some((c) => c.computer_id === id))
+      // A second server over the same engine and state directory: the id is taken by another server's computer.
+      const other = yield* server({ stateDir }, { stateDir })
+      const refused = yield* Effect.flip(other.computers.create("t", { computer_id: id }))
+      assert.match(refused.message, /temporary computer of another kilntainers server/)
+      assert.isFalse((yield* other.computers.list("t")).some((c) => c.computer_id === id))
       yield* computers.delete("s", id)
-      assert.isUndefined(yield* byName(id))
+      assert.isFalse(yield* exists(providerId))
+      assert.deepStrictEqual(readdirSync(join(stateDir, "pool-ids")), [], "the record goes with the computer")
+      // The id is free again: made fresh (the pool refills meanwhile).
+      const fresh = yield* other.computers.create("t", { computer_id: id })
+      assert.strictEqual((yield* inspect(yield* fresh.providerId)).Name, `/kilntainer-${id}`)
+    }), 60_000)
+
+  it.scopedLive("a handed-out pool container of a crashed server is reaped like any of its temporary computers, its record with it", () =>
+    Effect.gen(function*() {
+      const stateDir = mkdtempSync(join(tmpdir(), "kt-pool-"))
+      const deadPid = spawnSync("true").pid!
+      const backend = yield* DockerBackend.make(testOptions({ stateDir }))
+      const pooled = yield* dockerComputer(
+        backend,
+        testMetadata(computerId("pool"), { pooled: true, instance: `dead-${round}`, owner: { host: hostname(), pid: deadPid, start: "12345" } })
+      )
+      const { pooled: _, ...metadata } = pooled.instance.metadata
+      const id = computerId("crashed")
+      yield* backend.adopt!(pooled.instance, { ...metadata, id })
+      const record = join(stateDir, "pool-ids", `${pooled.instance.providerId}.${id}`)
+      assert.isTrue(existsSync(record))
+      yield* server({ stateDir }, { stateDir })
+      yield* eventually(exists(pooled.instance.providerId), (there) => !there, "the handed-out container to be reaped", 20_000)
+      assert.isFalse(existsSync(record))
     }), 60_000)
 })

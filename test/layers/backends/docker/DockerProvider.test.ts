@@ -5,7 +5,9 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Either, Option } from "effect"
-import { hostname } from "node:os"
+import { existsSync, mkdtempSync, readdirSync, utimesSync, writeFileSync } from "node:fs"
+import { hostname, tmpdir } from "node:os"
+import { join } from "node:path"
 import { afterAll } from "vitest"
 import { fromLabels } from "../../../../src/domain/ComputerMetadata.js"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
@@ -277,7 +279,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
       assert.strictEqual(gone.reason, "NotFound")
     }))
 
-  it.scopedLive("adopt renames a pool's container to its real id: found under it, its pool labels kept", () =>
+  it.scopedLive("without a state directory, adopt renames a pool's container to its real id: found under it, its pool labels kept", () =>
     Effect.gen(function*() {
       const backend = yield* provider()
       const poolId = computerId("pool")
@@ -301,5 +303,55 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
       const other = yield* dockerComputer(backend, testMetadata(computerId("other")))
       const clash = yield* Effect.flip(backend.adopt!(other.instance, { ...other.instance.metadata, id: realId }))
       assert.strictEqual(clash.reason, "Conflict")
+    }))
+
+  it.scopedLive("with a state directory, adopt records the real id there (no rename): found under it, by a second server too, the record gone with the container", () =>
+    Effect.gen(function*() {
+      const stateDir = mkdtempSync(join(tmpdir(), "kt-pool-ids-"))
+      const backend = yield* provider({ stateDir })
+      const poolId = computerId("pool")
+      const pooled = yield* dockerComputer(backend, testMetadata(poolId, { pooled: true }))
+      const realId = computerId("real")
+      const { pooled: _, ...metadata } = pooled.instance.metadata
+      const adopted = yield* backend.adopt!(pooled.instance, { ...metadata, id: realId })
+      assert.strictEqual(adopted.providerId, pooled.instance.providerId)
+      assert.deepStrictEqual(adopted.metadata, { ...metadata, id: realId, pooled: true })
+      const info = yield* inspect(adopted.providerId)
+      assert.strictEqual(info.Name, `/kilntainer-${poolId}`, "the container keeps its pool name")
+      assert.strictEqual(info.Config.Labels["kilntainers.computer-id"], poolId)
+      const record = join(stateDir, "pool-ids", `${adopted.providerId}.${realId}`)
+      assert.isTrue(existsSync(record))
+      const found = yield* backend.find({ id: realId })
+      assert.deepStrictEqual(found.map((i) => [i.providerId, i.metadata.id, i.metadata.pooled]), [[adopted.providerId, realId, true]])
+      assert.deepStrictEqual(yield* backend.find({ id: poolId }), [])
+      assert.isTrue((yield* backend.find({ temporary: true })).some((i) => i.metadata.id === realId))
+      assert.isFalse((yield* backend.find({ temporary: false })).some((i) => i.providerId === adopted.providerId))
+      // Another server instance over the same engine and state directory sees the same identity.
+      const second = yield* provider({ stateDir })
+      assert.deepStrictEqual((yield* second.find({ id: realId })).map((i) => i.providerId), [adopted.providerId])
+      assert.strictEqual((yield* run(pooled.connection, ["echo", "still"])).stdout, "still\n")
+      // Removed (the computer deleted, or reaped after a crash): the record goes with it.
+      yield* second.remove(found[0]!)
+      assert.isFalse(existsSync(record))
+      assert.deepStrictEqual(yield* backend.find({ id: realId }), [])
+    }))
+
+  it.scopedLive("a record whose container is gone is pruned by a later listing; a recent one is left (its container may be in a listing under way)", () =>
+    Effect.gen(function*() {
+      const stateDir = mkdtempSync(join(tmpdir(), "kt-pool-ids-"))
+      const backend = yield* provider({ stateDir })
+      const pooled = yield* dockerComputer(backend, testMetadata(computerId("pool"), { pooled: true }))
+      const { pooled: _, ...metadata } = pooled.instance.metadata
+      yield* backend.adopt!(pooled.instance, { ...metadata, id: computerId("kept") })
+      const dir = join(stateDir, "pool-ids")
+      const stale = join(dir, `${"ab".repeat(32)}.gone`)
+      const recent = join(dir, `${"cd".repeat(32)}.recent`)
+      writeFileSync(stale, "")
+      writeFileSync(recent, "")
+      utimesSync(stale, new Date(Date.now() - 60_000), new Date(Date.now() - 60_000))
+      yield* backend.find({})
+      assert.isFalse(existsSync(stale))
+      assert.isTrue(existsSync(recent))
+      assert.strictEqual(readdirSync(dir).length, 2)
     }))
 })
