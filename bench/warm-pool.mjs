@@ -3,7 +3,8 @@
 // pool, one computer ≤ 0.1× the bare Engine API, and ten at once from a pool of ten ≤ 2× one.
 // Through the library (Runtime + the backend), as an MCP call would drive it minus the protocol.
 //   node bench/warm-pool.mjs [docker|host] [--rounds N] [--image IMAGE]     (after npm run build)
-import { mkdtempSync } from "node:fs"
+import { cpus } from "node:os"
+import { mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -20,19 +21,33 @@ const image = option("--image", "kilntainers-test:bookworm")
 const POOL = 10
 
 const now = () => Number(process.hrtime.bigint()) / 1e6
+/** CPU time of the whole machine so far (every process and the kernel, all cores), in ms. */
+const machineCpuMs = () => {
+  const fields = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number)
+  // user nice system idle iowait irq softirq steal: everything but idle and iowait is work.
+  const busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
+  return (busy * 1000) / ticksPerSecond
+}
+const ticksPerSecond = 100
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 const p90 = (xs) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.9))]
 
 /** Creates n computers at once and runs `true` in each: ms until the last command's result. */
+/** Machine CPU spent inside the timed windows of createAndRun, by burst size. */
+let cpuSpent = { one: [], ten: [] }
 const createAndRun = (computers, processes, n, tag) =>
   Effect.gen(function*() {
     const ids = Array.from({ length: n }, (_, i) => `wp-${process.pid}-${tag}-${i}`)
+    const cpu = machineCpuMs()
+    const own = process.cpuUsage()
     const start = now()
     yield* Effect.forEach(ids, (id) =>
       Effect.zipRight(computers.create("bench", { computer_id: id }), processes.exec("bench", { computer_id: id, command: "true" })), {
       concurrency: "unbounded"
     })
     const elapsed = now() - start
+    const server = process.cpuUsage(own)
+    cpuSpent[n === 1 ? "one" : "ten"].push({ ms: machineCpuMs() - cpu, server: (server.user + server.system) / 1000, count: n })
     yield* Effect.forEach(ids, (id) => computers.delete("bench", id), { concurrency: "unbounded", discard: true })
     return elapsed
   })
@@ -89,6 +104,8 @@ const measure = (warmPool) =>
   ))))
 
 const pooled = await Effect.runPromise(measure(POOL))
+const pooledCpu = cpuSpent
+cpuSpent = { one: [], ten: [] }
 const fresh = await Effect.runPromise(measure(0))
 
 let bare
@@ -137,6 +154,13 @@ console.log(row("  then a command in each: 10 at once", pooled.split.ten.map((x)
 if (bare) console.log(`  pooled 1 / bare: ${(median(pooled.one) / median(bare)).toFixed(3)} (target ≤ 0.1)`)
 console.log(`  pooled 10 / pooled 1: ${(median(pooled.ten) / median(pooled.one)).toFixed(2)} (target ≤ 2)`)
 console.log(`  no pool 10 / no pool 1: ${(median(fresh.ten) / median(fresh.one)).toFixed(2)}`)
+// What the machine spent per pooled create → first command, over every ten-at-once window: ten
+// of them on this machine's cores take at least ten times that divided by the cores.
+const ops = pooledCpu.ten.reduce((sum, x) => sum + x.count, 0)
+const perOp = pooledCpu.ten.reduce((sum, x) => sum + x.ms, 0) / ops
+const serverPerOp = pooledCpu.ten.reduce((sum, x) => sum + x.server, 0) / ops
+const cores = cpus().length
+console.log(`  machine CPU per pooled create → first command (all processes, ten-at-once windows): ${perOp.toFixed(2)} ms, of which this server ${serverPerOp.toFixed(2)} ms; ten on ${cores} cores need ≥ ${(10 * perOp / cores).toFixed(1)} ms = ${(10 * perOp / cores / median(pooled.one)).toFixed(2)} × one`)
 const ratio = (key) => (median(pooled.split.ten.map((x) => x[key])) / median(pooled.split.one.map((x) => x[key]))).toFixed(2)
 console.log(`  hand-outs alone 10 / 1: ${ratio("created")}; a command on running computers 10 / 1: ${ratio("command")}`)
 process.exit(0)
