@@ -47,11 +47,27 @@ export interface ConnectionContext {
   readonly egress?: ComputerEgress | undefined
 }
 
+/**
+ * A connection without the agent: its processes run through Engine exec. Unless the egress policy
+ * is on: then the agent's relay is the container's only network (it runs with none), and a
+ * computer without it would have no network at all, so the connection fails and says why.
+ */
+const withoutAgent = (context: ConnectionContext, instance: Instance, why: string) =>
+  context.relay === undefined
+    ? Effect.succeed(Option.none<AgentClient.AgentClient>())
+    : Effect.fail(context.engine.fail(
+      "start the computer's agent",
+      "Unavailable",
+      `${containerName(instance.metadata.id)}: ${why}. With an egress policy (--allow-host) a container's only network is the agent's relay, so without the agent it would have none; use an image whose root lets the agent be copied into ${DockerAgent.AGENT_DIR} and run there, or start the server without an egress policy`
+    ))
+
 /** The agent of a connection, started in its own child scope so that a failed start leaves nothing behind. */
 const startAgent = (context: ConnectionContext, instance: Instance, onLost: (reason: string) => void) =>
   Effect.gen(function*() {
     const { engine, binaries, agentRefused, relay } = context
-    if (Option.isNone(binaries) || agentRefused.has(instance.metadata.image)) return Option.none<AgentClient.AgentClient>()
+    if (Option.isNone(binaries)) return yield* withoutAgent(context, instance, `no agent binary for the engine's architecture`)
+    const refused = agentRefused.get(instance.metadata.image)
+    if (refused !== undefined) return yield* withoutAgent(context, instance, `containers of ${instance.metadata.image} cannot run the agent (${refused})`)
     const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
     const started = yield* Effect.gen(function*() {
       const listener = relay === undefined
@@ -72,6 +88,10 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
       return yield* engine.fail("connect to the container", "NotFound", `${containerName(instance.metadata.id)} is not running`)
     }
     const why = `cannot ${started.left.operation}: ${started.left.detail}`
+    if (relay !== undefined) {
+      if (started.left.reason !== "Timeout") agentRefused.set(instance.metadata.image, why)
+      return yield* withoutAgent(context, instance, why)
+    }
     if (started.left.reason === "Timeout") {
       // A slow start (a loaded engine) says nothing about the image: only this connection does without.
       yield* Effect.logWarning(`${engine.name} backend: ${containerName(instance.metadata.id)}: ${why}; its processes run through Engine API exec`)

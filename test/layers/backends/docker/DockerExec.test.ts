@@ -148,4 +148,25 @@ describeIf(dockerWorks, requirement())("the Docker exec fallback", () => {
       assert.match(yield* Fiber.join(lost).pipe(Effect.timeout("10 seconds")), /was stopped outside kilntainers/)
       assert.isDefined((yield* Fiber.join(sleeper).pipe(Effect.timeout("10 seconds"))).exit)
     }))
+
+  it.scopedLive("with an egress policy, a container that cannot run the agent is refused: its relay would be its only network", () =>
+    Effect.gen(function*() {
+      let served = 0
+      const backend = yield* DockerBackend.make(testOptions({
+        runFlags: ["--read-only", "--tmpfs /home/agent", "--tmpfs /tmp"],
+        relay: { port: 3128, handler: () => Effect.sync(() => void served++) }
+      }))
+      const id = computerId("readonly-egress")
+      const instance = yield* Effect.acquireRelease(backend.create(testMetadata(id)), (made) => Effect.ignore(backend.remove(made)))
+      for (let attempt = 0; attempt < 2; attempt++) {
+        // The second connection is refused from what the first learned of the image, just as clearly.
+        const refused = yield* Effect.flip(Effect.scoped(backend.connect(instance)))
+        assert.strictEqual(refused._tag, "ProviderError")
+        assert.strictEqual(refused.reason, "Unavailable")
+        assert.include(refused.message, `kilntainer-${id}`)
+        assert.include(refused.message, "the agent's relay")
+        assert.include(refused.message, "it would have none")
+      }
+      assert.strictEqual(served, 0)
+    }))
 })
