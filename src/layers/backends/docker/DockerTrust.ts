@@ -7,8 +7,8 @@
  * `apt-get install ca-certificates` inside, whose `update-ca-certificates` rewrites the bundle,
  * keeps trusting it. Certificates only: nothing here is secret.
  *
- * A container whose root is read-only (`--docker-run-flag --read-only`) cannot take it: its
- * processes still go through the proxy, but TLS to intercepted hosts is not trusted there.
+ * A container whose root is read-only (`--docker-run-flag --read-only`) cannot take it, nor the
+ * agent whose relay is its only network: the connection is then refused (DockerConnection).
  */
 import * as Effect from "effect/Effect"
 import type { ComputerEgress } from "../../egress/Egress.js"
