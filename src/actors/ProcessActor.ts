@@ -111,7 +111,7 @@ export const make = (
     let subscribers = 0
     const exitDeferred = yield* Deferred.make<ExitInfo>()
     const closedDeferred = yield* Deferred.make<void>()
-    const inbox = yield* Queue.dropping<Envelope>(options.mailboxCapacity)
+    const scope = yield* Effect.scope
 
     let exit: ExitInfo | undefined
     let endedAt: number | undefined
@@ -222,19 +222,31 @@ export const make = (
     }
 
     const gone = () => new ProcessExited({ id: options.id, status: status() })
-    yield* Queue.take(inbox).pipe(
-      Effect.flatMap(({ command, reply }) =>
-        Effect.exit(handle(command)).pipe(
-          Effect.flatMap((result) => Deferred.done(reply, result)),
-          Effect.onInterrupt(() => Deferred.fail(reply, gone()))
+    /**
+     * The mailbox, and the fiber that serves it, start with the first write: most processes (a
+     * command that runs to its end) never get one, and a fiber costs more than `true` takes.
+     */
+    let inbox: Queue.Queue<Envelope> | undefined
+    const mailbox = Effect.suspend(() =>
+      inbox !== undefined ? Effect.succeed(inbox) : Effect.gen(function*() {
+        const made = yield* Queue.dropping<Envelope>(options.mailboxCapacity)
+        inbox = made
+        yield* Queue.take(made).pipe(
+          Effect.flatMap(({ command, reply }) =>
+            Effect.exit(handle(command)).pipe(
+              Effect.flatMap((result) => Deferred.done(reply, result)),
+              Effect.onInterrupt(() => Deferred.fail(reply, gone()))
+            )
+          ),
+          Effect.forever,
+          Effect.forkIn(scope)
         )
-      ),
-      Effect.forever,
-      Effect.forkScoped
+        return made
+      })
     )
     // Requests still queued when the actor stops are answered, never left waiting.
     yield* Effect.addFinalizer(() =>
-      Queue.takeAll(inbox).pipe(
+      inbox === undefined ? Effect.void : Queue.takeAll(inbox).pipe(
         Effect.flatMap((pending) => Effect.forEach(pending, ({ reply }) => Deferred.fail(reply, gone()), { discard: true }))
       )
     )
@@ -242,6 +254,7 @@ export const make = (
     const ask = (command: Command): Effect.Effect<void, CommandError | MailboxFull> =>
       Effect.gen(function*() {
         if (exit !== undefined) return yield* gone()
+        const inbox = yield* mailbox
         const reply = yield* Deferred.make<void, CommandError>()
         const accepted = yield* Queue.offer(inbox, { command, reply })
         if (!accepted) return yield* new MailboxFull({ id: options.id })
@@ -287,7 +300,8 @@ export const make = (
       exited: Deferred.await(exitDeferred),
       closed: Deferred.await(closedDeferred),
       write: (data) => ask({ _tag: "Write", data }),
-      closeStdin: ask({ _tag: "Eof" }),
+      // EOF queues behind the writes before it; with none ever written there is nothing to wait for.
+      closeStdin: Effect.suspend(() => inbox === undefined ? handle({ _tag: "Eof" }) : ask({ _tag: "Eof" })),
       // Signals and resizes do not queue behind stdin: a process that stopped reading must still be killable.
       signal: (signal, why) => Effect.suspend(() => handle({ _tag: "Signal", signal, reason: why })),
       resize: (cols, rows) => Effect.suspend(() => handle({ _tag: "Resize", cols, rows })),
