@@ -110,6 +110,14 @@ export const conformance = (name: string, target: ConformanceTarget) =>
           rows: 20,
           background: true
         })
+        // The prompt is on the screen before the wait begins (as under load): the wait still
+        // matches it, trailing space and all, although rendered rows drop trailing spaces.
+        let shown = ""
+        for (let i = 0; i < 200 && !shown.includes("name?"); i++) {
+          shown = (yield* processes.read("c", { id })).stdout
+          if (!shown.includes("name?")) yield* Effect.sleep(Duration.millis(100))
+        }
+        assert.include(shown, "name?")
         const asked = yield* processes.wait("c", { id, pattern: "name\\? ", timeoutMs: 20_000 })
         assert.strictEqual(asked.outcome, "matched")
         yield* processes.stdin("c", { id, input: "kiln\\r" })

@@ -57,8 +57,22 @@ export const callBudget = (
 }
 
 /**
+ * The screen as a pattern sees it: rendered rows drop their trailing spaces, but on the cursor's
+ * row the spaces before the cursor are what a prompt ends with (`>>> `, `name? `), so they stay.
+ */
+export const screenForMatch = (screen: { readonly text: string; readonly cursor: { readonly x: number; readonly y: number } } | undefined): string => {
+  if (screen === undefined) return ""
+  const lines = screen.text.split("\n")
+  const { x, y } = screen.cursor
+  // The cursor is on the visible screen (y < rows), below the last row with text at most.
+  while (lines.length <= y) lines.push("")
+  if (lines[y]!.length < x) lines[y] = lines[y]!.padEnd(x)
+  return lines.join("\n")
+}
+
+/**
  * Completes with the match once the output from the given cursors on matches (what was already
- * there counts too). Matching is linear-time and bounded per scan (see Pattern.ts): a flood of
+ * there counts too: a terminal's screen, whatever the cursors). Matching is linear-time and bounded per scan (see Pattern.ts): a flood of
  * output or a costly pattern slows only this wait, never the server.
  */
 export const matchOutput = (
@@ -70,7 +84,7 @@ export const matchOutput = (
     const live = yield* process.subscribe
     // Raw bytes (a TTY's too): the rendered screen trims trailing spaces a prompt may end with.
     const current = yield* process.read({ stdoutCursor: from.stdout, stderrCursor: from.stderr, maxBytes: BACKLOG, raw: true })
-    const first = yield* Pattern.scanner(pattern).feed([current.screen?.text ?? "", current.stdout.text, current.stderr.text].join("\n"))
+    const first = yield* Pattern.scanner(pattern).feed([screenForMatch(current.screen), current.stdout.text, current.stderr.text].join("\n"))
     if (Option.isSome(first)) return first.value
     const scan = Pattern.scanner(pattern)
     const out = new TextDecoder("utf-8", { fatal: false })
