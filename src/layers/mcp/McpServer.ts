@@ -47,7 +47,6 @@ const errorResult = (message: string): CallToolResult => ({ isError: true, conte
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
-
 /** Any tools/call request: its params are checked by the handler, which answers with tool results. */
 const AnyToolCall = z.object({ method: z.literal("tools/call"), params: z.unknown() })
 

@@ -72,8 +72,9 @@ export const screenForMatch = (screen: { readonly text: string; readonly cursor:
 
 /**
  * Completes with the match once the output from the given cursors on matches (what was already
- * there counts too: a terminal's screen, whatever the cursors). Matching is linear-time and bounded per scan (see Pattern.ts): a flood of
- * output or a costly pattern slows only this wait, never the server.
+ * there counts too: a terminal's screen, whatever the cursors). Matching is linear-time and
+ * bounded per scan (see Pattern.ts): a flood of output or a costly pattern slows only this wait,
+ * never the server.
  */
 export const matchOutput = (
   process: ProcessHandle,
@@ -82,7 +83,7 @@ export const matchOutput = (
 ): Effect.Effect<string> =>
   Effect.scoped(Effect.gen(function*() {
     const live = yield* process.subscribe
-    // Raw bytes (a TTY's too): the rendered screen trims trailing spaces a prompt may end with.
+    // Raw bytes (a TTY's too), and the screen with the spaces before its cursor (screenForMatch).
     const current = yield* process.read({ stdoutCursor: from.stdout, stderrCursor: from.stderr, maxBytes: BACKLOG, raw: true })
     const first = yield* Pattern.scanner(pattern).feed([screenForMatch(current.screen), current.stdout.text, current.stderr.text].join("\n"))
     if (Option.isSome(first)) return first.value

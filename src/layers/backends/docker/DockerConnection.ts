@@ -81,27 +81,24 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
     }).pipe(Scope.extend(scope), Effect.either)
     if (started._tag === "Right") return Option.some(started.right)
     yield* Scope.close(scope, Exit.void)
-    // A container that cannot run the agent still works through Engine exec; one that is not running
-    // cannot be connected to at all.
+    // A container that cannot run the agent still works through Engine exec (withoutAgent); one that
+    // is not running cannot be connected to at all.
     const state = yield* context.containers.inspectState(instance.providerId)
     if (Option.isNone(state) || !state.value.running) {
       return yield* engine.fail("connect to the container", "NotFound", `${containerName(instance.metadata.id)} is not running`)
     }
     const why = `cannot ${started.left.operation}: ${started.left.detail}`
-    if (relay !== undefined) {
-      if (started.left.reason !== "Timeout") agentRefused.set(instance.metadata.image, why)
-      return yield* withoutAgent(context, instance, why)
-    }
-    if (started.left.reason === "Timeout") {
-      // A slow start (a loaded engine) says nothing about the image: only this connection does without.
-      yield* Effect.logWarning(`${engine.name} backend: ${containerName(instance.metadata.id)}: ${why}; its processes run through Engine API exec`)
-    } else {
-      agentRefused.set(instance.metadata.image, why)
+    // A slow start (a loaded engine) says nothing about the image: only this connection does without.
+    const timedOut = started.left.reason === "Timeout"
+    if (!timedOut) agentRefused.set(instance.metadata.image, why)
+    if (relay === undefined) {
       yield* Effect.logWarning(
-        `${engine.name} backend: containers of ${instance.metadata.image} cannot run the agent (${why}); their processes run through Engine API exec`
+        timedOut
+          ? `${engine.name} backend: ${containerName(instance.metadata.id)}: ${why}; its processes run through Engine API exec`
+          : `${engine.name} backend: containers of ${instance.metadata.image} cannot run the agent (${why}); their processes run through Engine API exec`
       )
     }
-    return Option.none<AgentClient.AgentClient>()
+    return yield* withoutAgent(context, instance, why)
   })
 
 /** Connects to a running container. */

@@ -101,10 +101,11 @@ export const make = (options: WorkspacesOptions) => {
   const matches = (record: ComputerRecord.ComputerRecord, instance: Instance) =>
     ComputerRecord.providerId(record) === instance.providerId || instance.providerId === `host-${record.metadata.id}`
 
-  const locate = (instance: Instance) =>
+  /** The computer's directory and record; `read` may be the synchronous reader (see `adopt`). */
+  const locate = (instance: Instance, read: typeof ComputerRecord.read = ComputerRecord.read) =>
     Effect.gen(function*() {
       const dir = dirOf(instance.metadata.id)
-      const record = yield* ComputerRecord.read(dir)
+      const record = yield* read(dir)
       if (Option.isNone(record) || !matches(record.value, instance)) {
         return yield* providerError(NAME, `find computer '${instance.metadata.id}'`, "NotFound", `${instance.providerId} is gone`)
       }
@@ -173,20 +174,16 @@ export const make = (options: WorkspacesOptions) => {
    */
   const adopt = (instance: Instance, metadata: ComputerMetadata) =>
     Effect.gen(function*() {
-      const dir = dirOf(instance.metadata.id)
-      const record = yield* ComputerRecord.readNow(dir)
-      if (Option.isNone(record) || !matches(record.value, instance)) {
-        return yield* providerError(NAME, `find computer '${instance.metadata.id}'`, "NotFound", `${instance.providerId} is gone`)
-      }
+      const { dir, record } = yield* locate(instance, ComputerRecord.readNow)
       const target = dirOf(metadata.id)
       yield* Effect.try({
         try: () => renameSync(dir, target),
         catch: (error) =>
           ["EEXIST", "ENOTEMPTY"].includes((error as NodeJS.ErrnoException).code ?? "")
-            ? providerError(NAME, `rename computer '${record.value.metadata.id}'`, "Conflict", `a computer '${metadata.id}' exists`, error)
-            : failed(`rename computer '${record.value.metadata.id}'`, error)
+            ? providerError(NAME, `rename computer '${record.metadata.id}'`, "Conflict", `a computer '${metadata.id}' exists`, error)
+            : failed(`rename computer '${record.metadata.id}'`, error)
       })
-      const next: Keyed = { ...record.value, key: record.value.key ?? (yield* newKey), metadata }
+      const next: Keyed = { ...record, key: record.key ?? (yield* newKey), metadata }
       yield* ComputerRecord.writeNow(target, next)
       return instanceOf(next, "running")
     })

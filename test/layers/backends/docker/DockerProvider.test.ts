@@ -37,6 +37,19 @@ const provider = (overrides: Parameters<typeof testOptions>[0] = {}) => DockerBa
 const inspect = (id: string) => Effect.promise(() => docker().getContainer(id).inspect())
 const exists = (id: string) => Effect.promise(() => docker().getContainer(id).inspect().then(() => true, () => false))
 
+/** A warm pool's container, made and handed out under a new id: the same instance, its metadata the real id's, still pooled. */
+const adoptPooled = (backend: Effect.Effect.Success<ReturnType<typeof provider>>) =>
+  Effect.gen(function*() {
+    const poolId = computerId("pool")
+    const pooled = yield* dockerComputer(backend, testMetadata(poolId, { pooled: true }))
+    const realId = computerId("real")
+    const { pooled: _, ...metadata } = pooled.instance.metadata
+    const adopted = yield* backend.adopt!(pooled.instance, { ...metadata, id: realId })
+    assert.strictEqual(adopted.providerId, pooled.instance.providerId)
+    assert.deepStrictEqual(adopted.metadata, { ...metadata, id: realId, pooled: true })
+    return { poolId, realId, pooled, adopted }
+  })
+
 afterAll(removeOurContainers)
 
 describe("what the engines say", () => {
@@ -282,13 +295,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
   it.scopedLive("without a state directory, adopt renames a pool's container to its real id: found under it, its pool labels kept", () =>
     Effect.gen(function*() {
       const backend = yield* provider()
-      const poolId = computerId("pool")
-      const pooled = yield* dockerComputer(backend, testMetadata(poolId, { pooled: true }))
-      const realId = computerId("real")
-      const { pooled: _, ...metadata } = pooled.instance.metadata
-      const adopted = yield* backend.adopt!(pooled.instance, { ...metadata, id: realId })
-      assert.strictEqual(adopted.providerId, pooled.instance.providerId)
-      assert.deepStrictEqual(adopted.metadata, { ...metadata, id: realId, pooled: true })
+      const { poolId, realId, pooled, adopted } = yield* adoptPooled(backend)
       const info = yield* inspect(adopted.providerId)
       assert.strictEqual(info.Name, `/kilntainer-${realId}`)
       assert.strictEqual(info.Config.Labels["kilntainers.computer-id"], poolId)
@@ -309,13 +316,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
     Effect.gen(function*() {
       const stateDir = mkdtempSync(join(tmpdir(), "kt-pool-ids-"))
       const backend = yield* provider({ stateDir })
-      const poolId = computerId("pool")
-      const pooled = yield* dockerComputer(backend, testMetadata(poolId, { pooled: true }))
-      const realId = computerId("real")
-      const { pooled: _, ...metadata } = pooled.instance.metadata
-      const adopted = yield* backend.adopt!(pooled.instance, { ...metadata, id: realId })
-      assert.strictEqual(adopted.providerId, pooled.instance.providerId)
-      assert.deepStrictEqual(adopted.metadata, { ...metadata, id: realId, pooled: true })
+      const { poolId, realId, pooled, adopted } = yield* adoptPooled(backend)
       const info = yield* inspect(adopted.providerId)
       assert.strictEqual(info.Name, `/kilntainer-${poolId}`, "the container keeps its pool name")
       assert.strictEqual(info.Config.Labels["kilntainers.computer-id"], poolId)
