@@ -5,6 +5,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
+import type { IncomingMessage } from "node:http"
 import type { HttpSession, HttpSessions } from "./HttpSessions.js"
 
 /** The request body is over the limit. */
@@ -15,16 +16,42 @@ class BadBody extends Schema.TaggedError<BadBody>()("BadBody", { message: Schema
 const rpcError = (status: number, code: number, message: string) =>
   HttpServerResponse.unsafeJson({ jsonrpc: "2.0", error: { code, message }, id: null }, { status })
 
+/** How long the rest of a refused body is read and dropped (see `linger`). */
+const LINGER = "5 seconds"
+
+/**
+ * A lingering close, as web servers make one after an early refusal: the client may still be
+ * sending the body it was refused. Closed with those bytes unread, the socket would reset the
+ * connection, and a client still writing would see the reset (EPIPE, ECONNRESET) instead of the
+ * 413. So the 413 is sent and the connection half-closed; the rest of the body is read and dropped
+ * (the request is not read by anyone: Node drains it) until the client ends its side, or for
+ * LINGER at most, then the socket is closed.
+ */
+const linger = (incoming: IncomingMessage) =>
+  Effect.gen(function*() {
+    const socket = incoming.socket
+    // Node ends a `connection: close` response with destroySoon(): end, then destroy once written.
+    socket.destroySoon = () => {
+      if (socket.writable) socket.end()
+    }
+    incoming.resume()
+    yield* Effect.sleep(LINGER).pipe(Effect.andThen(Effect.sync(() => socket.destroy())), Effect.forkDaemon)
+  })
+
 /**
  * Reads a JSON body of at most `limit` bytes, refusing a larger one as soon as it shows: by its
  * Content-Length, or when a chunked body passes the limit. The rest is not kept (and the 413 closes
- * the connection), so a client can neither fill memory nor keep the server reading for long.
+ * the connection, after a bounded linger), so a client can neither fill memory nor keep the server
+ * reading for long.
  */
 const readJson = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
   Effect.gen(function*() {
-    const declared = Number(request.headers["content-length"] ?? Number.NaN)
-    if (declared > limit) return yield* new BodyTooLarge({ limit })
     const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+    const declared = Number(request.headers["content-length"] ?? Number.NaN)
+    if (declared > limit) {
+      yield* linger(incoming)
+      return yield* new BodyTooLarge({ limit })
+    }
     const body = yield* Effect.async<Buffer, BodyTooLarge | BadBody>((resume) => {
       const parts: Array<Buffer> = []
       let size = 0
@@ -51,7 +78,7 @@ const readJson = (request: HttpServerRequest.HttpServerRequest, limit: number) =
       incoming.on("end", onEnd)
       incoming.on("error", onError)
       return Effect.sync(stop)
-    })
+    }).pipe(Effect.tapErrorTag("BodyTooLarge", () => linger(incoming)))
     if (body.length === 0) return undefined
     return yield* Effect.try({
       try: () => JSON.parse(body.toString("utf8")) as unknown,

@@ -62,7 +62,7 @@ const computer = () =>
 const sh = (script: string) => ["/bin/sh", "-c", script]
 
 describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer", () => {
-  it.scoped("a write lands in the host directory, owned by the directory's owner", () =>
+  it.scopedLive("a write lands in the host directory, owned by the directory's owner", () =>
     Effect.gen(function*() {
       const connection = yield* computer()
       const out = yield* run(connection, sh("cat project/a.txt && echo made > project/new.txt && mkdir -p project/dir/sub && echo x > project/dir/sub/f && id -u && stat -c %u project/a.txt"))
@@ -74,7 +74,7 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.strictEqual(statSync(join(project, "dir")).gid, OWNER)
     }), 30_000)
 
-  it.scoped("a read-only mount and a deny-write path refuse writes", () =>
+  it.scopedLive("a read-only mount and a deny-write path refuse writes", () =>
     Effect.gen(function*() {
       const connection = yield* computer()
       const out = yield* run(connection, sh("cat /docs/readme; touch /docs/x; echo no >> project/locked/config; touch project/locked/new; cat project/locked/config"))
@@ -85,7 +85,7 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.strictEqual(readFileSync(join(project, "locked", "config"), "utf8"), "fixed\n")
     }), 30_000)
 
-  it.scoped("denied paths are unreadable, inside a mount and in the system directories", () =>
+  it.scopedLive("denied paths are unreadable, inside a mount and in the system directories", () =>
     Effect.gen(function*() {
       const connection = yield* computer()
       const out = yield* run(connection, sh("ls -A project/secret; cat project/secret/key; ls -A /usr/share/common-licenses | wc -l; touch project/secret/x"))
@@ -96,7 +96,7 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.match(out.stderr, /secret\/x.*Read-only file system/)
     }), 30_000)
 
-  it.scoped("nothing else of the host becomes writable", () =>
+  it.scopedLive("nothing else of the host becomes writable", () =>
     Effect.gen(function*() {
       const connection = yield* computer()
       const probe = ["/", "/usr", "/etc", "/opt", "/home", "/docs", "/run"].map((dir) => `touch ${dir}/kt-probe 2>/dev/null && echo WROTE ${dir}`).join("; ")
@@ -104,7 +104,7 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.strictEqual(out.stdout, "done\n")
     }), 30_000)
 
-  it.scoped("symlinks in the mount cannot lead out of it", () =>
+  it.scopedLive("symlinks in the mount cannot lead out of it", () =>
     Effect.gen(function*() {
       const connection = yield* computer()
       const out = yield* run(connection, sh(
@@ -117,7 +117,7 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.include(out.stdout, "home")
     }), 30_000)
 
-  it.scoped("no setuid or setgid file can be made in a writable mount", () =>
+  it.scopedLive("no setuid or setgid file can be made in a writable mount", () =>
     Effect.gen(function*() {
       const connection = yield* computer()
       const out = yield* run(connection, sh(
