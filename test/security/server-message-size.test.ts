@@ -2,6 +2,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
 import { existsSync } from "node:fs"
+import { connect } from "node:net"
 import { afterAll, assert, beforeAll, it } from "vitest"
 import { largestFileWriteAsBase64, maxMessageBytes } from "../../src/layers/mcp/Limits.js"
 import { maxFileBytes } from "../../src/layers/FileTransfer.js"
@@ -105,4 +106,42 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("the
       await server.stop()
     }
   }, 120_000)
+
+  it("cuts off a client that goes on sending after the 413, within the linger's 5 s, and serves others meanwhile", async () => {
+    const server = await startHttpServer(["--backend", "host"])
+    try {
+      // A raw socket that declares 1 GiB and sends 64 KiB every 10 ms for at most 30 s, also after
+      // the server has ended its side.
+      const socket = connect({ port: server.port, host: "127.0.0.1", allowHalfOpen: true })
+      await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject))
+      socket.on("error", () => {})
+      socket.write(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n" +
+          `accept: application/json, text/event-stream\r\ncontent-length: ${1024 * mib}\r\n\r\n`
+      )
+      let answer = ""
+      socket.on("data", (chunk: Buffer) => (answer += chunk.toString("latin1")))
+      const chunk = Buffer.alloc(64 * 1024, 32)
+      const started = Date.now()
+      let refusedAt: number | undefined
+      const closed = new Promise<number>((resolve) => socket.once("close", () => resolve(Date.now())))
+      const pump = setInterval(() => {
+        if (refusedAt === undefined && answer.startsWith("HTTP/1.1 413")) refusedAt = Date.now()
+        if (Date.now() - started > 30_000) socket.destroy()
+        else if (!socket.destroyed) socket.write(chunk)
+      }, 10)
+      // Meanwhile the server answers others.
+      const health = await fetch(`${server.url.replace(/\/mcp$/, "")}/healthz`)
+      assert.strictEqual(health.status, 200)
+      const end = await closed
+      clearInterval(pump)
+      assert.match(answer, /^HTTP\/1\.1 413/)
+      assert.isDefined(refusedAt)
+      const lingered = end - refusedAt!
+      assert.isBelow(lingered, 10_000, `the socket closed ${lingered} ms after the 413`)
+      assert.isAbove(end - started, 2_000, "the rest was read for a while (a lingering close), not reset at once")
+    } finally {
+      await server.stop()
+    }
+  }, 60_000)
 })
