@@ -44,14 +44,11 @@ const linger = (incoming: IncomingMessage) =>
  * the connection, after a bounded linger), so a client can neither fill memory nor keep the server
  * reading for long.
  */
-const readJson = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
-  Effect.gen(function*() {
-    const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+const readJson = (request: HttpServerRequest.HttpServerRequest, limit: number) => {
+  const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+  return Effect.gen(function*() {
     const declared = Number(request.headers["content-length"] ?? Number.NaN)
-    if (declared > limit) {
-      yield* linger(incoming)
-      return yield* new BodyTooLarge({ limit })
-    }
+    if (declared > limit) return yield* new BodyTooLarge({ limit })
     const body = yield* Effect.async<Buffer, BodyTooLarge | BadBody>((resume) => {
       const parts: Array<Buffer> = []
       let size = 0
@@ -78,13 +75,14 @@ const readJson = (request: HttpServerRequest.HttpServerRequest, limit: number) =
       incoming.on("end", onEnd)
       incoming.on("error", onError)
       return Effect.sync(stop)
-    }).pipe(Effect.tapErrorTag("BodyTooLarge", () => linger(incoming)))
+    })
     if (body.length === 0) return undefined
     return yield* Effect.try({
       try: () => JSON.parse(body.toString("utf8")) as unknown,
       catch: () => new BadBody({ message: "the request body is not valid JSON" })
     })
-  })
+  }).pipe(Effect.tapErrorTag("BodyTooLarge", () => linger(incoming)))
+}
 
 /** The web-standard request the SDK transport reads: method and headers (the body is given parsed). */
 const toWeb = (request: HttpServerRequest.HttpServerRequest) => {
