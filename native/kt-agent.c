@@ -1,39 +1,61 @@
 /*
- * kt-agent: the process supervisor of one kilntainers computer.
+ * kt-agent: the process supervisor of one kilntainers computer, and the home of its processes.
  *
  * It runs once per computer (inside bubblewrap on the host backend, inside the container on Docker,
  * or directly on the host in unsandboxed mode) and starts every process of that computer on request,
- * so that a spawn costs a fork+exec of this small program instead of a new sandbox or engine exec.
+ * so that a spawn costs a fork+exec of this small program instead of a new sandbox or engine exec. It
+ * keeps the computer's process table (handles, records, exits) and each stream's output on the
+ * computer's disk (store.c), so servers come and go: any number attach over its listening socket
+ * (conn.c), each proving the computer's key, and what one started another can read, wait for, write
+ * to, resize and signal.
  *
- *   kt-agent [--no-parent] [--caps drop|keep] [--no-seccomp] [--no-setid-files] [--relay-port N]
+ *   kt-agent (--listen PATH | --listen-fd N) (--store DIR | --store-fd N) [--bound] [--no-parent]
+ *            [--retain BYTES] [--max-finished N] [--caps drop|keep] [--no-seccomp] [--no-setid-files]
+ *            [--relay-port N]
+ *   kt-agent --connect PATH          (connector.c)
  *
- * Protocol on stdin (server -> agent) and stdout (agent -> server): frames of
- *   u32 payloadLength (LE) | u8 type | u32 id (LE) | payload
- * Server -> agent (ids are the server's, never reused):
- *   SPAWN      1  u32 argc | u32 envc | cwd\0 | argv\0 * argc | "K=V"\0 * envc
- *   STDIN      2  bytes (to the pipe, or typed into the terminal)
- *   STDIN_EOF  3  - (pipes only; on a terminal the server sends Ctrl-D as data)
- *   SIGNAL     4  u32 signal: to the process group; SIGKILL tears the whole tree down
- *   SPAWN_TTY  5  u16 cols | u16 rows | (as SPAWN): on a pseudo-terminal of the agent's
- *   RELEASE    6  - forget the process (a tree still open is torn down); answered with RELEASED
- *   RESIZE     7  u16 cols | u16 rows (the kernel sends SIGWINCH to the terminal's foreground group)
+ * The computer's key (32 bytes, 64 hex digits and a newline) is read from stdin first. With
+ * --listen the agent binds PATH itself (PATH.lock, held for its life, makes it the only agent of the
+ * computer: another exits with status 3) and prints "ready" on stdout once it accepts connections;
+ * with --listen-fd it serves a socket its launcher bound (kt-sandbox --agent-dir). The agent outlives
+ * every server unless --bound: then stdin stays open, and its end (the owning server is gone) ends the
+ * computer, as does the parent's death unless --no-parent. The store directory holds the retained
+ * output (unnamed files) and the next handle; a second agent on it also exits with status 3.
+ * --retain is the output kept per stream (a quarter from its start, the rest from its end; default
+ * 32 MiB), --max-finished the finished records kept (default 100).
+ *
+ * Frames, both ways: u32 payloadLength (LE) | u8 type | u32 id (LE) | payload. The handshake is in
+ * conn.c; then, server -> agent (ids: a request tag the server chooses, or a process handle):
+ *   SPAWN      1  (tag) u32 metaLen | meta | u32 argc | u32 envc | cwd\0 | argv\0 * argc | "K=V"\0 * envc
+ *   SPAWN_TTY  5  (tag) u32 metaLen | meta | u16 cols | u16 rows | (as SPAWN)
+ *   SPAWN_DIRECT 12 (tag) u32 metaLen | meta | u32 directc | (as SPAWN) | direct\0 * directc: a simple
+ *                 command that needs no shell. The process execs `direct` itself (searched on the PATH
+ *                 of its env, with PWD set as a shell would set it); only if that finds nothing it can
+ *                 exec (not found, not executable, not a binary nor a #! script) does it exec `argv`,
+ *                 the shell, which then reports or runs it exactly as it would have.
+ *   STDIN      2  (handle) bytes (to the pipe, or typed into the terminal)
+ *   STDIN_EOF  3  (handle) - (pipes only; on a terminal the server sends Ctrl-D as data)
+ *   SIGNAL     4  (handle) u32 signal: to the process group; SIGKILL tears the whole tree down
+ *   RESIZE     7  (handle) u16 cols | u16 rows (the kernel sends SIGWINCH to the terminal's foreground group)
+ *   NOTE       32 (handle) why it ends, as ps should say it (<= 512 bytes)
+ *   WATCH 14, UNWATCH 15, READ 30, LIST 31: see watch.c
+ *   STEP       34 (tag) u8 take (1) or give back (0) | name: the lifecycle lease, one server at a time
+ *   SHUTDOWN   33 - every process ends and the agent exits (restart, delete, a temporary computer's end)
  *   RELAY_DATA 8, RELAY_EOF 9, RELAY_CREDIT 10, RELAY_RESET 11: see relay.c
- *   SPAWN_DIRECT 12 u32 directc | (as SPAWN) | direct\0 * directc: a simple command that needs no
- *                 shell. The process execs `direct` itself (searched on the PATH of its env, with
- *                 PWD set as a shell would set it); only if that finds nothing it can exec (not
- *                 found, not executable, not a binary nor a #! script) does it exec `argv`, the
- *                 shell, which then reports or runs it exactly as it would have.
  * Agent -> server:
- *   READY      16 u32 protocol version | u32 relay port (0: no relay); sent once, first
- *   STARTED    17 u32 pid
- *   SPAWN_FAILED 18 reason text (<= 1024 bytes)
- *   STDOUT 19, STDERR 20: 1 .. 1 MiB of output (a terminal's output is STDOUT)
- *   EXIT       21 u8 kind (0 exited, 1 killed by signal) | u32 code or signal | u32 processes ended
- *                 by a teardown so far; sent after every byte the process wrote before it exited
- *   CLOSED     22 u32 processes ended by a teardown since EXIT; last: its output reached EOF
+ *   HELLO 16, WELCOME 35: see conn.c
+ *   STARTED    17 (tag) u32 handle | u32 pid | u64 start time; the spawning server then watches it
+ *   SPAWN_FAILED 18 (tag) reason text (<= 1024 bytes)
+ *   STDOUT 19, STDERR 20, EXIT 21, CLOSED 22, UNWATCHED 24, WATCHING 36, READ_RESULT 37, PROC 38,
+ *   LIST_END 39: see watch.c
+ *   FAILED     40 (tag) why a request failed (no such process)
+ *   STEP_RESULT 41 (tag) u8 granted | the holder's step name when not
  *   LOG        23 text (diagnostics of the agent itself, id 0)
- *   RELEASED   24 - the answer to RELEASE: nothing more comes for that id
  *   RELAY_OPEN 25, RELAY_DATA 26, RELAY_EOF 27, RELAY_CREDIT 28, RELAY_CLOSED 29: see relay.c
+ * A process record (PROC, WATCHING): u32 handle | u32 pid | u8 state (0 running, 1 exited, 2 exited
+ * and its output ended) | u8 tty | u8 exit kind (0 code, 1 signal) | u8 0 | u32 code or signal |
+ * u32 processes its teardowns ended | u64 start | u64 end (ms since the epoch) | u64 stdout total |
+ * u64 stderr total | u16 cols | u16 rows | u16 metaLen | u16 noteLen | meta | note.
  *
  * The channel is private: the agent is non-dumpable (its /proc/<pid>/fd, mem and environ need
  * CAP_SYS_PTRACE, which no guest holds, and it cannot be ptraced), every descriptor it holds is
@@ -54,12 +76,16 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static int sigfd = -1;
-static char *ibuf;
-static size_t ilen, icap;
+static int bound;
 
 void shutdown_and_exit(void) {
   /* Everything below the agent goes: shepherds, guests and whatever they left behind (bounded). */
@@ -76,48 +102,12 @@ void shutdown_and_exit(void) {
   _exit(0);
 }
 
-static void on_frame(int type, uint32_t id, char *pl, size_t len) {
-  if (type >= T_RELAY_DATA_IN && type <= T_RELAY_RESET) relay_frame(type, id, pl, len);
-  else proc_frame(type, id, pl, len);
-}
-
-static void on_server(void) {
-  for (;;) {
-    if (icap - ilen < 256 * 1024) {
-      size_t cap = icap ? icap * 2 : 512 * 1024;
-      char *grown = realloc(ibuf, cap);
-      if (!grown) die("realloc");
-      ibuf = grown;
-      icap = cap;
-    }
-    size_t asked = icap - ilen;
-    ssize_t n = read(0, ibuf + ilen, asked);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) break;
-    if (n <= 0) shutdown_and_exit(); /* the server is gone, or closed the computer */
-    ilen += (size_t)n;
-    size_t off = 0;
-    while (ilen - off >= HDR) {
-      uint32_t plen = get32(ibuf + off);
-      if (plen > MAX_SERVER_FRAME) { fprintf(stderr, "kt-agent: a frame of %u bytes from the server\n", plen); shutdown_and_exit(); }
-      if (ilen - off < HDR + (size_t)plen) break;
-      on_frame((unsigned char)ibuf[off + 4], get32(ibuf + off + 5), ibuf + off + HDR, plen);
-      off += HDR + plen;
-    }
-    memmove(ibuf, ibuf + off, ilen - off);
-    ilen -= off;
-    if (icap > (8u << 20) && ilen < (256u << 10)) {
-      char *shrunk = realloc(ibuf, 512 * 1024);
-      if (shrunk) { ibuf = shrunk; icap = 512 * 1024; }
-    }
-    if ((size_t)n < asked) break; /* a short read: nothing more waits */
-  }
-}
-
 static void on_signals(void) {
   struct signalfd_siginfo si;
   while (read(sigfd, &si, sizeof si) == sizeof si) {
-    if (si.ssi_signo != SIGCHLD) shutdown_and_exit();
+    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) shutdown_and_exit();
+    /* SIGHUP: a session the agent was started from ended; the computer lives on unless bound. */
+    if (si.ssi_signo == SIGHUP && bound) shutdown_and_exit();
   }
   int status;
   pid_t pid;
@@ -125,39 +115,171 @@ static void on_signals(void) {
   proc_after_reaps();
 }
 
+/* The owning server of a --bound agent holds its stdin: its end (a crash included) ends the computer. */
+static void on_boot_input(void) {
+  char b[256];
+  for (;;) {
+    ssize_t n = read(0, b, sizeof b);
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    shutdown_and_exit();
+  }
+}
+
 static void usage(void) {
-  fprintf(stderr, "usage: kt-agent [--no-parent] [--caps drop|keep] [--no-seccomp] [--no-setid-files] [--relay-port N]\n");
+  fprintf(stderr, "usage: kt-agent (--listen PATH | --listen-fd N) (--store DIR | --store-fd N) [--bound] [--no-parent] "
+          "[--retain BYTES] [--max-finished N] [--caps drop|keep] [--no-seccomp] [--no-setid-files] [--relay-port N]\n"
+          "       kt-agent --connect PATH\n");
   exit(2);
+}
+
+static void fail(const char *what) {
+  fprintf(stderr, "kt-agent: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* The key: 64 hex digits and a newline on stdin, within 10 seconds. */
+static void read_key(void) {
+  char line[2 * KEY_BYTES + 1];
+  size_t got = 0;
+  uint64_t deadline = now_ms() + 10000;
+  while (got < sizeof line) {
+    uint64_t now = now_ms();
+    struct pollfd pf = { 0, POLLIN, 0 };
+    if (now >= deadline || poll(&pf, 1, (int)(deadline - now)) == 0) { fprintf(stderr, "kt-agent: no key on stdin\n"); exit(2); }
+    ssize_t n = read(0, line + got, sizeof line - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) { fprintf(stderr, "kt-agent: no key on stdin\n"); exit(2); }
+    got += (size_t)n;
+  }
+  for (int i = 0; i < KEY_BYTES; i++) {
+    int hi = hexval(line[2 * i]), lo = hexval(line[2 * i + 1]);
+    if (hi < 0 || lo < 0 || line[2 * KEY_BYTES] != '\n') { fprintf(stderr, "kt-agent: the key is not 64 hex digits\n"); exit(2); }
+    agent_key[i] = (unsigned char)(hi << 4 | lo);
+  }
+}
+
+/* Exits with status 3 when the computer already has an agent. */
+static void already_running(void) {
+  fprintf(stderr, "kt-agent: the computer's agent is already running\n");
+  exit(3);
+}
+
+/* Binds PATH, as the computer's only agent (PATH.lock is held for the agent's life). */
+static int listen_at(const char *path) {
+  char lock[4096];
+  struct sockaddr_un sa = { .sun_family = AF_UNIX };
+  if (strlen(path) >= sizeof sa.sun_path || snprintf(lock, sizeof lock, "%s.lock", path) >= (int)sizeof lock) {
+    fprintf(stderr, "kt-agent: socket path too long\n");
+    exit(2);
+  }
+  int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lfd < 0) fail("cannot open the agent's lock");
+  if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK) already_running();
+    fail("cannot lock the agent's lock");
+  }
+  strcpy(sa.sun_path, path);
+  unlink(path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  mode_t old = umask(0077);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 64) < 0) fail("cannot listen for servers");
+  umask(old);
+  return fd; /* lfd stays open (and locked) for the agent's life */
+}
+
+static void open_store(const char *dir, int fd) {
+  if (dir) {
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) fail("cannot create the store directory");
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) fail("cannot open the store directory");
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK) already_running();
+    fail("cannot lock the store directory");
+  }
+  store_dir = fd;
+}
+
+/* Points a descriptor at /dev/null. */
+static void to_null(int fd) {
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0 && null != fd) { dup2(null, fd); close(null); }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+static long number(const char *text, long min, long max) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || end == text || *end || v < min || v > max) usage();
+  return v;
 }
 
 int main(int argc, char **argv) {
   /* First: from now on guests cannot open /proc/<agent>/fd, read its memory or ptrace it. */
   prctl(PR_SET_DUMPABLE, 0);
-  int orphan_ok = 0, relay_port = 0;
+  if (argc == 3 && strcmp(argv[1], "--connect") == 0) connector_main(argv[2]);
+  int orphan_ok = 0, relay_port = 0, listen_fd = -1, store_fd = -1;
+  const char *listen_path = NULL, *store_path = NULL;
+  uint64_t retain = 32u << 20;
   for (int i = 1; i < argc; i++) {
-    /* Started through a container engine's exec, whose launcher exits at once: the lifetime is the
-       server's connection (stdin), not the parent process. */
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--no-parent") == 0) orphan_ok = 1;
-    else if (strcmp(argv[i], "--caps") == 0 && i + 1 < argc) {
-      const char *v = argv[++i];
-      if (strcmp(v, "drop") == 0) opt_drop_caps = 1;
-      else if (strcmp(v, "keep") == 0) opt_drop_caps = 0;
+    else if (strcmp(argv[i], "--bound") == 0) bound = 1;
+    else if (strcmp(argv[i], "--caps") == 0 && next) {
+      i++;
+      if (strcmp(next, "drop") == 0) opt_drop_caps = 1;
+      else if (strcmp(next, "keep") == 0) opt_drop_caps = 0;
       else usage();
     } else if (strcmp(argv[i], "--no-seccomp") == 0) opt_seccomp = 0;
     else if (strcmp(argv[i], "--no-setid-files") == 0) opt_no_setid = 1;
-    else if (strcmp(argv[i], "--relay-port") == 0 && i + 1 < argc) {
-      relay_port = atoi(argv[++i]);
-      if (relay_port <= 0 || relay_port > 65535) usage();
-    } else usage();
+    else if (strcmp(argv[i], "--relay-port") == 0 && next) { relay_port = (int)number(next, 1, 65535); i++; }
+    else if (strcmp(argv[i], "--listen") == 0 && next) { listen_path = next; i++; }
+    else if (strcmp(argv[i], "--listen-fd") == 0 && next) { listen_fd = (int)number(next, 0, 1 << 20); i++; }
+    else if (strcmp(argv[i], "--store") == 0 && next) { store_path = next; i++; }
+    else if (strcmp(argv[i], "--store-fd") == 0 && next) { store_fd = (int)number(next, 0, 1 << 20); i++; }
+    else if (strcmp(argv[i], "--retain") == 0 && next) { retain = (uint64_t)number(next, 0, 1L << 40); i++; }
+    else if (strcmp(argv[i], "--max-finished") == 0 && next) { max_finished = (uint32_t)number(next, 0, 1 << 20); i++; }
+    else usage();
   }
+  if ((listen_path == NULL) == (listen_fd < 0) || (store_path == NULL) == (store_fd < 0)) usage();
+  store_head = retain / 4;
+  store_tail = retain - store_head;
   if (argc > 0) { argv_area = argv[0]; argv_area_len = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) - argv[0]); }
   /* Whatever the server (or bwrap, or the engine) let us inherit must not reach the processes we start. */
   if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
     for (int fd = 3; fd < 4096; fd++) fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
   for (int fd = 0; fd < 3; fd++) fcntl(fd, F_SETFD, FD_CLOEXEC);
-  /* Die (and take every process with us) when the server dies, sandboxed or not. */
-  if (!orphan_ok) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  read_key();
+  if (getrandom(boot_id, BOOT_BYTES, 0) != BOOT_BYTES) fail("getrandom");
+  if (listen_path) listen_fd = listen_at(listen_path);
+  else {
+    int accepting = 0;
+    socklen_t l = sizeof accepting;
+    if (getsockopt(listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &l) < 0 || !accepting) {
+      fprintf(stderr, "kt-agent: descriptor %d is not a listening socket\n", listen_fd);
+      exit(2);
+    }
+    /* Out of the stdio slots, which become /dev/null. */
+    int moved = fcntl(listen_fd, F_DUPFD_CLOEXEC, 3);
+    if (moved < 0) fail("fcntl");
+    if (listen_fd > 2) close(listen_fd);
+    listen_fd = moved;
+  }
+  open_store(store_path, store_fd);
+  proc_init_handles();
+  /* Die (and take every process with us) when the owning server's launcher dies: bound only. */
+  if (bound && !orphan_ok) prctl(PR_SET_PDEATHSIG, SIGTERM);
   /* Strays (a guest killed its shepherd) come to us, and are killed. */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   signal(SIGPIPE, SIG_IGN);
@@ -169,26 +291,31 @@ int main(int argc, char **argv) {
   if (sigfd < 0) die("signalfd");
   epfd = epoll_create1(EPOLL_CLOEXEC);
   if (epfd < 0) die("epoll_create1");
-  set_nonblock(0, 1);
-  set_nonblock(1, 0);
-  int sndbuf = 4 << 20;
-  setsockopt(1, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf); /* fails harmlessly on a pipe */
-  ep_add(0, tag(0, K_SERVER), EPOLLIN);
   ep_add(sigfd, tag(0, K_SIGNAL), EPOLLIN);
-  if (relay_port) relay_port = relay_listen(relay_port);
+  conn_listen(listen_fd);
+  if (bound) {
+    set_nonblock(0, 1);
+    ep_add(0, tag(0, K_BOOT), EPOLLIN);
+  } else {
+    to_null(0);
+  }
+  if (relay_port) relay_port_open = relay_listen(relay_port);
   if (chdir("/") < 0) { /* keep no directory busy */ }
   char notice[MAX_TEXT];
   const char *unhardened = harden_agent(notice, sizeof notice);
   if (unhardened) { fprintf(stderr, "kt-agent: %s\n", unhardened); return 1; } /* fail closed */
-  char ready[8];
-  put32(ready, PROTOCOL_VERSION);
-  put32(ready + 4, (uint32_t)relay_port);
-  send_frame(T_READY, 0, ready, sizeof ready, NULL, 0);
-  if (notice[0]) send_text(T_LOG, 0, notice);
+  if (listen_path) {
+    /* The launcher waits for this line (the socket accepts from now on). */
+    static const char ready[] = "ready\n";
+    if (write(1, ready, sizeof ready - 1) < 0) { /* the launcher went away: the computer lives on */ }
+  }
+  to_null(1);
+  if (notice[0]) agent_log("%s", notice);
 
   struct epoll_event evs[64];
   for (;;) {
-    uint64_t deadline = proc_next_deadline();
+    uint64_t deadline = proc_next_deadline(), auth = conn_next_deadline();
+    if (auth && (!deadline || auth < deadline)) deadline = auth;
     int timeout = -1;
     if (deadline) {
       uint64_t now = now_ms();
@@ -201,13 +328,16 @@ int main(int argc, char **argv) {
       int kind = (int)(t & 0xff);
       size_t slot = (size_t)(t >> 8);
       switch (kind) {
-      case K_SERVER: on_server(); break;
+      case K_LISTEN: conn_accept(); break;
+      case K_CONN: conn_event(slot, evs[i].events); break;
+      case K_BOOT: on_boot_input(); break;
       case K_SIGNAL: on_signals(); break;
       case K_RELAY_LISTEN: relay_accept(); break;
       case K_STREAM: relay_event(slot, evs[i].events); break;
       default: proc_event(slot, kind, evs[i].events); break;
       }
     }
-    if (deadline) proc_timers();
+    proc_timers();
+    conn_timers(); /* also closes the connections that ended in this round */
   }
 }

@@ -4,13 +4,16 @@
  *
  * Outer mode (run by the server, outside the sandbox):
  *
- *   kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... [--channel] -- BWRAP [OPTION...] -- COMMAND [ARG...]
+ *   kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... [--channel [--agent-dir DIR]] [--detach] -- BWRAP [OPTION...] -- COMMAND [ARG...]
  *
  *   0. marks every inherited descriptor but stdin, stdout and stderr close-on-exec, so nothing the
  *      server happened to inherit reaches the sandbox; with --channel, moves stdin and stdout (the
  *      agent's channel) to descriptors 3 and 4 and puts /dev/null in their place: bubblewrap's
  *      init, pid 1 in the sandbox and readable by its processes through /proc/1/fd, closes every
  *      descriptor above 2, so only the command (see --stdio below) holds the channel;
+ *      With --agent-dir, the agent's lock, listening socket and store are opened in DIR and handed
+ *      in as descriptors 4, 5 and 6 (kt-sandbox/agent-dir.c); --detach: the sandbox outlives the
+ *      server (no parent-death signal), for a computer whose processes survive it;
  *   1. joins every cgroup DIR (writes its own pid to DIR/cgroup.procs);
  *   2. with --uid (the server is root): opens the host paths of `--kt-bind`/`--kt-ro-bind` as root,
  *      enters a private mount namespace, mounts a small tmpfs on /tmp there and bind-mounts each of
@@ -66,6 +69,8 @@
 #include <sys/wait.h>
 #include <linux/mount.h>
 #include <unistd.h>
+
+#include "kt-sandbox/agent-dir.h"
 
 #ifndef SYS_open_tree
 #define SYS_open_tree 428
@@ -336,7 +341,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--nproc") == 0 || strcmp(argv[1], "--stdio") == 0)) return inner(argc, argv);
 
   long uid = -1, gid = -1;
-  int i = 1;
+  int i = 1, detach = 0;
+  const char *agent = NULL;
   pid_t parent = getppid();
   cloexec_inherited();
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
@@ -344,8 +350,11 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--uid") == 0 && i + 1 < argc) uid = (long)parse_number(argv[++i], "uid", 0xfffffffeUL);
     else if (strcmp(argv[i], "--gid") == 0 && i + 1 < argc) gid = (long)parse_number(argv[++i], "gid", 0xfffffffeUL);
     else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) join_cgroup(argv[++i]);
+    else if (strcmp(argv[i], "--agent-dir") == 0 && i + 1 < argc) agent = argv[++i];
+    else if (strcmp(argv[i], "--detach") == 0) detach = 1;
     else fail("unknown option '%s'", argv[i]);
   }
+  if (agent != NULL) agent_dir(agent, uid, gid);
   if ((uid < 0) != (gid < 0)) fail("--uid and --gid go together");
   if (uid == 0 || gid == 0) fail("refusing to run the sandbox as root");
   if (++i >= argc) fail("usage: kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... -- BWRAP [OPTION...] -- COMMAND...");
@@ -436,8 +445,8 @@ int main(int argc, char **argv) {
     die("cannot join a new session keyring");
   }
   /* Changing ids cleared the parent-death signal: set it again, then make sure the server is still there. */
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("prctl");
-  if (getppid() != parent) fail("the server went away");
+  if (!detach && prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("prctl");
+  if (!detach && getppid() != parent) fail("the server went away");
 
   char **exec_argv = calloc((size_t)(argc - end + 4), sizeof(char *));
   if (exec_argv == NULL) fail("out of memory");

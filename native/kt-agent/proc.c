@@ -1,14 +1,18 @@
 /*
- * kt-agent: the processes of the computer, as the server sees them.
+ * kt-agent: the processes of the computer. The table lives here, not in any server: each process
+ * has a handle (`p<N>` to the servers) allocated by the agent and never reused in the computer's
+ * life (the next one is kept in the store's directory, so a restarted agent goes on counting), its
+ * record (what the spawning server attached to it, a note of why it ended, its times and exit), and
+ * its retained output (store.c). Servers attach and detach as they like (conn.c, watch.c): nothing
+ * here waits for them.
  *
- * A process (the server's id) has a shepherd (see shepherd.c), stdio pipes or a pseudo-terminal
- * whose master the agent holds, and a server-facing lifecycle:
- *   STARTED, then output, then EXIT (once the process was reaped and everything it had written was
- *   sent), then CLOSED (its output reached EOF: no holder left) — or RELEASED when the server let go
- *   of it first. A process stays known to the agent until its shepherd is gone, which can be after
- *   CLOSED (daemons that closed their output keep their shepherd, and end with the computer).
- * A teardown (SIGNAL SIGKILL, or RELEASE of a process that is still open) kills the whole tree; the
- * EXIT or CLOSED frame that follows says how many processes besides the process itself it ended.
+ * A process has a shepherd (see shepherd.c) and stdio pipes or a pseudo-terminal whose master the
+ * agent holds. Its output is drained unconditionally into its store; it has *exited* once the
+ * shepherd reported its status and everything it wrote before was stored, and is *closed* once its
+ * output reached EOF (children that outlive it may write until then). A finished record (exited,
+ * closed, shepherd gone) stays until more than `max_finished` are kept, oldest evicted first (never
+ * one a server is still being sent). A teardown (SIGNAL SIGKILL) kills the whole tree; EXIT and the
+ * record say how many processes besides the process itself it ended.
  */
 #include "agent.h"
 
@@ -34,41 +38,75 @@
  * the process wrote; a bound, because other holders of the output may keep writing. */
 #define DRAIN_BUDGET (4u << 20)
 #define TEARDOWN_GRACE_MS 3000
+/* Stdin the agent holds for a process that does not read it. */
+#define MAX_PENDING_STDIN (64u << 20)
+/* Handles are reserved in the store's directory this many at a time. */
+#define HANDLE_BLOCK 64
 
-struct proc {
-  uint32_t id;
-  int tty;
-  pid_t shepherd;     /* 0 once reaped */
-  pid_t pid;          /* the guest process */
-  int ctl;            /* socket to the shepherd */
-  int out_fd, err_fd, in_fd; /* TTY: out_fd is the master, in_fd a duplicate of it */
-  struct obuf in;
-  int in_eof, in_armed, big_out, big_err;
-  int exited, exit_kind, exit_value;
-  int exit_sent, closed_sent, released;
-  int server_done;    /* nothing more goes to the server about it */
-  int teardown;       /* a teardown runs: its count is awaited */
-  uint64_t delivered; /* signals the server sent it (bit n-1 for signal n) */
-  uint64_t deadline;
-  uint32_t ended;     /* processes ended by teardowns, not reported yet */
-};
-
+uint32_t max_finished = 100;
 static struct proc **procs;
 static size_t nprocs;
 static int strays_pending;
 static char rbuf[READ_CHUNK];
-static int use_splice = 1, big_channel;
+static uint32_t next_handle = 1, reserved_handle = 1;
+static uint64_t finished_seq;
+
+/* ---------- handles ---------- */
+
+static void reserve_handles(void) {
+  char text[24];
+  int n = snprintf(text, sizeof text, "%u\n", next_handle + HANDLE_BLOCK);
+  int fd = openat(store_dir, ".next-handle.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    int ok = write(fd, text, (size_t)n) == n;
+    close(fd);
+    if (ok) renameat(store_dir, ".next-handle.tmp", store_dir, "next-handle");
+  }
+  reserved_handle = next_handle + HANDLE_BLOCK;
+}
+
+void proc_init_handles(void) {
+  char text[24] = { 0 };
+  int fd = openat(store_dir, "next-handle", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    if (read(fd, text, sizeof text - 1) < 0) text[0] = 0;
+    close(fd);
+  }
+  unsigned long v = strtoul(text, NULL, 10);
+  next_handle = v >= 1 && v < 0xf0000000ul ? (uint32_t)v : 1;
+  reserve_handles();
+}
+
+static uint32_t new_handle(void) {
+  if (next_handle >= reserved_handle) reserve_handles();
+  return next_handle++;
+}
+
+/* ---------- the table ---------- */
 
 static size_t slot_of(const struct proc *p) {
   for (size_t i = 0; i < nprocs; i++) if (procs[i] == p) return i;
   return (size_t)-1;
 }
 
-/* The process the server may still talk about. */
-static struct proc *find_live(uint32_t id) {
-  for (size_t i = 0; i < nprocs; i++)
-    if (procs[i] && procs[i]->id == id && !procs[i]->server_done) return procs[i];
+struct proc *proc_find(uint32_t handle) {
+  for (size_t i = 0; i < nprocs; i++) if (procs[i] && procs[i]->handle == handle) return procs[i];
   return NULL;
+}
+
+static int by_handle(const void *a, const void *b) {
+  uint32_t x = (*(struct proc *const *)a)->handle, y = (*(struct proc *const *)b)->handle;
+  return (x > y) - (x < y);
+}
+
+void proc_each(void (*f)(struct proc *, void *), void *arg) {
+  struct proc **sorted = malloc((nprocs + 1) * sizeof *sorted);
+  if (!sorted) die("malloc");
+  size_t n = 0;
+  for (size_t i = 0; i < nprocs; i++) if (procs[i]) sorted[n++] = procs[i];
+  qsort(sorted, n, sizeof *sorted, by_handle);
+  for (size_t i = 0; i < n; i++) f(sorted[i], arg);
+  free(sorted);
 }
 
 int proc_is_shepherd(pid_t pid) {
@@ -76,17 +114,20 @@ int proc_is_shepherd(pid_t pid) {
   return 0;
 }
 
-static struct proc *new_proc(uint32_t id) {
+static struct proc *new_proc(void) {
   struct proc *p = calloc(1, sizeof *p);
   if (!p) die("calloc");
-  p->id = id;
   p->ctl = p->out_fd = p->err_fd = p->in_fd = -1;
-  for (size_t i = 0; i < nprocs; i++) if (!procs[i]) { procs[i] = p; return p; }
+  p->st[0].fd = p->st[1].fd = -1;
+  return p;
+}
+
+static void add_proc(struct proc *p) {
+  for (size_t i = 0; i < nprocs; i++) if (!procs[i]) { procs[i] = p; return; }
   struct proc **grown = realloc(procs, (nprocs + 1) * sizeof *procs);
   if (!grown) die("realloc");
   procs = grown;
   procs[nprocs++] = p;
-  return p;
 }
 
 static void close_io(struct proc *p) {
@@ -97,13 +138,67 @@ static void close_io(struct proc *p) {
   ob_free(&p->in);
 }
 
-static void maybe_free(struct proc *p) {
-  if (!p->server_done || p->shepherd != 0) return;
+static void free_proc(struct proc *p) {
   size_t s = slot_of(p);
   close_io(p);
   close_fd(&p->ctl);
+  store_close(&p->st[0]);
+  store_close(&p->st[1]);
+  free(p->meta);
   if (s != (size_t)-1) procs[s] = NULL;
   free(p);
+}
+
+/* Evicts the oldest finished records beyond max_finished (none a server is still being sent). */
+static void evict(void) {
+  for (;;) {
+    size_t finished = 0;
+    struct proc *oldest = NULL;
+    for (size_t i = 0; i < nprocs; i++) {
+      struct proc *p = procs[i];
+      if (!p || !p->finished) continue;
+      finished++;
+      if (!watch_watched(p) && (!oldest || p->finished < oldest->finished)) oldest = p;
+    }
+    if (finished <= max_finished || !oldest) return;
+    free_proc(oldest);
+  }
+}
+
+/* Tells the watchers; a record that has nothing more to happen is marked finished. */
+static void changed(struct proc *p) {
+  /* EXIT waits for a teardown the exit started, so that it counts what the teardown ended. */
+  if (p->exited && !p->teardown) p->exit_final = 1;
+  if (p->out_fd < 0 && p->err_fd < 0 && p->exit_final) p->closed = 1;
+  watch_notify(p);
+  if (!p->finished && p->exit_final && p->closed && p->shepherd == 0) {
+    p->finished = ++finished_seq;
+    evict();
+  }
+}
+
+size_t proc_record(const struct proc *p, char *out, size_t cap) {
+  size_t need = 60 + p->meta_len + p->note_len;
+  if (need > cap) return 0;
+  put32(out, p->handle);
+  put32(out + 4, (uint32_t)p->pid);
+  out[8] = (char)(p->exit_final ? (p->closed ? 2 : 1) : 0);
+  out[9] = (char)p->tty;
+  out[10] = (char)p->exit_kind;
+  out[11] = 0;
+  put32(out + 12, (uint32_t)p->exit_value);
+  put32(out + 16, p->ended_at_exit + p->ended_after);
+  put64(out + 20, p->start_ms);
+  put64(out + 28, p->end_ms);
+  put64(out + 36, p->st[0].total);
+  put64(out + 44, p->st[1].total);
+  put16(out + 52, p->cols);
+  put16(out + 54, p->rows);
+  put16(out + 56, p->meta_len);
+  put16(out + 58, p->note_len);
+  if (p->meta_len) memcpy(out + 60, p->meta, p->meta_len);
+  if (p->note_len) memcpy(out + 60 + p->meta_len, p->note, p->note_len);
+  return need;
 }
 
 static void tell(struct proc *p, int type, int32_t value) {
@@ -120,73 +215,18 @@ static void start_teardown(struct proc *p) {
   tell(p, C_TEARDOWN, 0);
 }
 
-/* Sends EXIT and CLOSED once they are due. */
-static void report(struct proc *p) {
-  if (!p->server_done && !p->teardown) {
-    if (p->exited && !p->exit_sent) {
-      char ex[9];
-      ex[0] = (char)p->exit_kind;
-      put32(ex + 1, (uint32_t)p->exit_value);
-      put32(ex + 5, p->ended);
-      p->ended = 0;
-      p->exit_sent = 1;
-      send_frame(T_EXIT, p->id, ex, sizeof ex, NULL, 0);
-    }
-    if (p->exit_sent && p->out_fd < 0 && p->err_fd < 0) {
-      p->closed_sent = 1;
-      p->server_done = 1;
-      close_io(p);
-      send_u32(T_CLOSED, p->id, p->ended);
-      p->ended = 0;
-    }
-  }
-  maybe_free(p);
-}
-
 /* ---------- output ---------- */
 
-/*
- * Forwards `len` bytes that are already waiting in a child's pipe as one frame, moving them with
- * splice (no copy through this process) where the kernel allows it, read+write otherwise.
- */
-static void forward_waiting(struct proc *p, int fd, int type, size_t len) {
-  char h[HDR];
-  put32(h, (uint32_t)len);
-  h[4] = (char)type;
-  put32(h + 5, p->id);
-  write_all(h, HDR);
-  while (len > 0) {
-    ssize_t n = -1;
-    if (use_splice) {
-      n = splice(fd, NULL, 1, NULL, len, SPLICE_F_MORE);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN) use_splice = 0;
-    }
-    if (n <= 0) {
-      n = read(fd, rbuf, len < sizeof rbuf ? len : sizeof rbuf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) shutdown_and_exit(); /* cannot happen: the bytes were counted in the pipe */
-      write_all(rbuf, (size_t)n);
-    }
-    len -= (size_t)n;
-  }
-}
-
-/* Moves up to `budget` bytes (at least one read) from fd to the server. Returns 1 at EOF. */
-static int pump(struct proc *p, int *fd, int type, size_t budget) {
+/* Moves up to `budget` bytes (at least one read) from fd into the store. Returns 1 at EOF. */
+static int pump(struct proc *p, int *fd, int s, size_t budget) {
   size_t moved = 0;
   do {
     int waiting = 0;
-    if (!p->tty && use_splice && ioctl(*fd, FIONREAD, &waiting) == 0 && waiting >= HEAVY) {
-      int *big = type == T_STDOUT ? &p->big_out : &p->big_err;
+    if (!p->tty && ioctl(*fd, FIONREAD, &waiting) == 0 && waiting >= HEAVY) {
+      int *big = s == 0 ? &p->big_out : &p->big_err;
       if (!*big) { *big = 1; fcntl(*fd, F_SETPIPE_SZ, BIG_PIPE); }
-      if (!big_channel) { big_channel = 1; fcntl(1, F_SETPIPE_SZ, BIG_PIPE); } /* fails harmlessly on a socket */
-      size_t len = (size_t)waiting < MAX_OUTPUT ? (size_t)waiting : MAX_OUTPUT;
-      forward_waiting(p, *fd, type, len);
-      moved += len;
-      continue;
     }
-    /* A terminal gives at most a line-discipline buffer (4 KiB) per read: gather several per frame. */
+    /* A terminal gives at most a line-discipline buffer (4 KiB) per read: gather several per append. */
     size_t got = 0;
     int eof = 0;
     size_t want = p->tty ? 64 * 1024 : sizeof rbuf;
@@ -198,7 +238,7 @@ static int pump(struct proc *p, int *fd, int type, size_t budget) {
       eof = 1; /* EOF, or EIO on a terminal that no process holds any more (after its last byte) */
       break;
     }
-    if (got > 0) send_frame(type, p->id, rbuf, got, NULL, 0);
+    if (got > 0) store_append(&p->st[s], rbuf, got);
     moved += got;
     if (eof) {
       close_fd(fd);
@@ -210,8 +250,9 @@ static int pump(struct proc *p, int *fd, int type, size_t budget) {
   return 0;
 }
 
-static void on_output(struct proc *p, int *fd, int type) {
-  if (pump(p, fd, type, 1)) report(p);
+static void on_output(struct proc *p, int *fd, int s) {
+  pump(p, fd, s, 4 * READ_CHUNK);
+  changed(p);
 }
 
 /* ---------- stdin ---------- */
@@ -316,32 +357,51 @@ const char *fork_failure(int err, char *buf, size_t cap) {
   return buf;
 }
 
-static void spawn_failed(struct proc *p, const char *reason) {
-  send_text(T_SPAWN_FAILED, p->id, reason);
-  p->server_done = 1;
+
+static void spawn_failed(struct conn *c, uint32_t tag_id, struct proc *p, const char *reason) {
+  conn_text(c, T_SPAWN_FAILED, tag_id, reason);
   close_io(p);
   close_fd(&p->ctl); /* a shepherd still starting sees EOF and ends */
-  maybe_free(p);
+  store_close(&p->st[0]);
+  store_close(&p->st[1]);
+  free(p->meta);
+  free(p);
 }
 
-static void do_spawn(uint32_t id, char *pl, size_t len, int tty, int direct) {
+void proc_spawn(struct conn *c, int type, uint32_t tag_id, char *pl, size_t len) {
   struct spawn_args a = { 0 };
   char reason[600];
-  if (find_live(id)) { send_text(T_SPAWN_FAILED, id, "duplicate process id"); return; }
-  struct proc *p = new_proc(id);
+  int tty = type == T_SPAWN_TTY, direct = type == T_SPAWN_DIRECT;
+  struct proc *p = new_proc();
   p->tty = tty;
-  unsigned cols = 80, rows = 24;
-  if (tty) {
-    if (len < 4) { spawn_failed(p, "malformed spawn request"); return; }
-    cols = get16(pl);
-    rows = get16(pl + 2);
-    pl += 4;
-    len -= 4;
-  }
+  p->cols = 80;
+  p->rows = 24;
   int child[3] = { -1, -1, -1 }, ctl[2] = { -1, -1 }, ep[2] = { -1, -1 };
   const char *fail = NULL;
   char fbuf[300];
+  uint32_t meta_len = len >= 4 ? get32(pl) : 0xffffffffu;
+  if (meta_len > MAX_META || meta_len > len - 4) { fail = "malformed spawn request"; goto failed; }
+  if (meta_len) {
+    p->meta = malloc(meta_len);
+    if (!p->meta) die("malloc");
+    memcpy(p->meta, pl + 4, meta_len);
+    p->meta_len = (uint16_t)meta_len;
+  }
+  pl += 4 + meta_len;
+  len -= 4 + meta_len;
+  if (tty) {
+    if (len < 4) { fail = "malformed spawn request"; goto failed; }
+    p->cols = get16(pl);
+    p->rows = get16(pl + 2);
+    pl += 4;
+    len -= 4;
+  }
   if (parse_spawn(pl, len, &a, direct) < 0) { fail = "malformed spawn request"; goto failed; }
+  if (store_open(&p->st[0]) < 0 || store_open(&p->st[1]) < 0) {
+    snprintf(fbuf, sizeof fbuf, "cannot keep the process's output on the computer's disk: %s", strerror(errno));
+    fail = fbuf;
+    goto failed;
+  }
   if (tty) {
     int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0) { snprintf(fbuf, sizeof fbuf, "cannot allocate a pseudo-terminal: %s", strerror(errno)); fail = fbuf; goto failed; }
@@ -352,7 +412,7 @@ static void do_spawn(uint32_t id, char *pl, size_t len, int tty, int direct) {
     child[0] = child[1] = child[2] = slave;
     struct termios tio;
     if (tcgetattr(slave, &tio) == 0) { tio.c_iflag |= IUTF8; tcsetattr(slave, TCSANOW, &tio); }
-    struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+    struct winsize ws = { .ws_row = p->rows, .ws_col = p->cols };
     ioctl(master, TIOCSWINSZ, &ws);
     p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
   } else {
@@ -391,15 +451,28 @@ static void do_spawn(uint32_t id, char *pl, size_t len, int tty, int direct) {
     exec_failed = 1;
     snprintf(reason, sizeof reason, "the process's shepherd ended before it started");
   }
-  if (exec_failed) { spawn_failed(p, reason); goto out; }
+  if (exec_failed) {
+    /* The shepherd ends once its socket closes; it is reaped as a stray. */
+    spawn_failed(c, tag_id, p, reason);
+    goto out;
+  }
   p->pid = m.value;
+  p->handle = new_handle();
+  p->start_ms = wall_ms();
+  add_proc(p);
   size_t s = slot_of(p);
   set_nonblock(p->out_fd, 1);
   set_nonblock(p->in_fd, 1);
   ep_add(p->out_fd, tag(s, K_OUT), EPOLLIN);
   if (p->err_fd >= 0) { set_nonblock(p->err_fd, 1); ep_add(p->err_fd, tag(s, K_ERR), EPOLLIN); }
   ep_add(p->ctl, tag(s, K_CTL), EPOLLIN);
-  send_u32(T_STARTED, id, (uint32_t)p->pid);
+  char started[16];
+  put32(started, p->handle);
+  put32(started + 4, (uint32_t)p->pid);
+  put64(started + 8, p->start_ms);
+  conn_frame(c, T_STARTED, tag_id, started, sizeof started, NULL, 0);
+  /* The server that started it follows it from its first byte. */
+  watch_start(c, p, 0, 0);
   goto out;
 failed:
   for (int i = 0; i < 3; i++) if (child[i] >= 0 && (i == 0 || !tty)) close(child[i]);
@@ -407,7 +480,7 @@ failed:
   if (ctl[1] >= 0) close(ctl[1]);
   if (ep[0] >= 0) close(ep[0]);
   if (ep[1] >= 0) close(ep[1]);
-  spawn_failed(p, fail);
+  spawn_failed(c, tag_id, p, fail);
 out:
   free(a.argv);
   free(a.envp);
@@ -420,34 +493,39 @@ out:
 
 static void on_exit_status(struct proc *p, int status) {
   if (p->exited) return;
-  p->exited = 1;
-  /* Killed by a signal the server sent (kill, a timeout): what it left behind goes with it. A process
+  /* Killed by a signal a server sent (kill, a timeout): what it left behind goes with it. A process
    * that survives its signal (a REPL's SIGINT) or exits by itself keeps its background jobs. */
   if (WIFSIGNALED(status) && WTERMSIG(status) < 65 && (p->delivered >> (WTERMSIG(status) - 1)) & 1) start_teardown(p);
   p->exit_kind = WIFSIGNALED(status) ? 1 : 0;
   p->exit_value = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
-  if (!p->server_done) {
-    /* Everything the process wrote before it exited is in its pipe or terminal now: send it first.
-     * (A terminal's read flushes the kernel's pending input before it says EAGAIN.) */
-    if (p->out_fd >= 0) pump(p, &p->out_fd, T_STDOUT, DRAIN_BUDGET);
-    if (p->err_fd >= 0) pump(p, &p->err_fd, T_STDERR, DRAIN_BUDGET);
-  }
+  /* Everything the process wrote before it exited is in its pipe or terminal now: store it first.
+   * (A terminal's read flushes the kernel's pending input before it says EAGAIN.) */
+  if (p->out_fd >= 0) pump(p, &p->out_fd, 0, DRAIN_BUDGET);
+  if (p->err_fd >= 0) pump(p, &p->err_fd, 1, DRAIN_BUDGET);
+  p->exited = 1;
+  p->end_ms = wall_ms();
+  p->exit_total[0] = p->st[0].total;
+  p->exit_total[1] = p->st[1].total;
 }
 
 static void on_ctl(struct proc *p) {
   struct ctl_msg m;
   while (p->ctl >= 0 && recv_msg(p->ctl, &m, MSG_DONTWAIT) == 0) {
     if (m.type == C_EXIT) on_exit_status(p, m.value);
-    else if (m.type == C_ENDED) { p->teardown = 0; p->ended += (uint32_t)m.value; }
+    else if (m.type == C_ENDED) {
+      p->teardown = 0;
+      if (p->exit_final) p->ended_after += (uint32_t)m.value;
+      else p->ended_at_exit += (uint32_t)m.value;
+    }
   }
-  report(p);
+  changed(p);
 }
 
 void proc_reaped(pid_t pid, int status) {
   struct proc *p = NULL;
   for (size_t i = 0; i < nprocs; i++) if (procs[i] && procs[i]->shepherd == pid) { p = procs[i]; break; }
   if (!p) { strays_pending = 1; return; } /* a stray (its shepherd was killed), now gone: its children came to us */
-  on_ctl(p); /* what it said before it ended (p stays: its shepherd is still set) */
+  on_ctl(p); /* what it said before it ended */
   p->shepherd = 0;
   close_fd(&p->ctl);
   if (!p->exited || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -456,7 +534,7 @@ void proc_reaped(pid_t pid, int status) {
     if (!p->exited) on_exit_status(p, SIGKILL); /* as a wait status: killed by SIGKILL */
   }
   p->teardown = 0;
-  report(p);
+  changed(p);
 }
 
 void proc_after_reaps(void) {
@@ -483,25 +561,23 @@ void proc_timers(void) {
   }
 }
 
-/* ---------- server frames and events ---------- */
+/* ---------- what servers ask of a process ---------- */
 
-void proc_frame(int type, uint32_t id, char *pl, size_t len) {
-  struct proc *p;
+void proc_control(int type, uint32_t handle, char *pl, size_t len) {
+  struct proc *p = proc_find(handle);
+  if (!p || (p->shepherd == 0 && type != T_NOTE)) return; /* gone: the server learns it from the record */
   switch (type) {
-  case T_SPAWN: do_spawn(id, pl, len, 0, 0); break;
-  case T_SPAWN_TTY: do_spawn(id, pl, len, 1, 0); break;
-  case T_SPAWN_DIRECT: do_spawn(id, pl, len, 0, 1); break;
   case T_STDIN:
-    p = find_live(id);
-    if (p && !p->in_eof && p->in_fd >= 0) { ob_push(&p->in, pl, len); flush_stdin(p); }
+    if (p->in_eof || p->in_fd < 0) break;
+    if (ob_pending(&p->in) + len > MAX_PENDING_STDIN) { agent_log("p%u does not read its input: %zu bytes dropped", handle, len); break; }
+    ob_push(&p->in, pl, len);
+    flush_stdin(p);
     break;
   case T_STDIN_EOF:
-    p = find_live(id);
-    if (p && !p->tty) { p->in_eof = 1; flush_stdin(p); }
+    if (!p->tty) { p->in_eof = 1; flush_stdin(p); }
     break;
   case T_SIGNAL:
-    p = find_live(id);
-    if (p && len >= 4) {
+    if (len >= 4) {
       uint32_t sig = get32(pl);
       if (sig == SIGKILL) start_teardown(p);
       else if (sig > 0 && sig < 65) {
@@ -511,25 +587,16 @@ void proc_frame(int type, uint32_t id, char *pl, size_t len) {
     }
     break;
   case T_RESIZE:
-    p = find_live(id);
-    if (p && p->tty && p->out_fd >= 0 && len >= 4) {
+    if (p->tty && p->out_fd >= 0 && len >= 4) {
       struct winsize ws = { .ws_col = get16(pl), .ws_row = get16(pl + 2) };
+      p->cols = ws.ws_col;
+      p->rows = ws.ws_row;
       ioctl(p->out_fd, TIOCSWINSZ, &ws); /* the kernel sends SIGWINCH to the foreground group */
     }
     break;
-  case T_RELEASE:
-    p = find_live(id);
-    if (p) {
-      p->released = 1;
-      p->server_done = 1;
-      close_io(p);
-      start_teardown(p);
-    }
-    send_frame(T_RELEASED, id, NULL, 0, NULL, 0);
-    if (p) maybe_free(p);
-    break;
-  default:
-    agent_log("unknown frame type %d", type);
+  case T_NOTE:
+    p->note_len = (uint16_t)(len > MAX_NOTE ? MAX_NOTE : len);
+    memcpy(p->note, pl, p->note_len);
     break;
   }
 }
@@ -538,8 +605,8 @@ void proc_event(size_t slot, int kind, uint32_t events) {
   if (slot >= nprocs || !procs[slot]) return;
   struct proc *p = procs[slot];
   switch (kind) {
-  case K_OUT: if (p->out_fd >= 0) on_output(p, &p->out_fd, T_STDOUT); break;
-  case K_ERR: if (p->err_fd >= 0) on_output(p, &p->err_fd, T_STDERR); break;
+  case K_OUT: if (p->out_fd >= 0) on_output(p, &p->out_fd, 0); break;
+  case K_ERR: if (p->err_fd >= 0) on_output(p, &p->err_fd, 1); break;
   case K_IN: flush_stdin(p); break;
   case K_CTL: on_ctl(p); break;
   }

@@ -6,6 +6,9 @@
  *   RELAY_DATA (either way), RELAY_EOF (either way: no more data in that direction),
  *   RELAY_CREDIT u32 (either way: that many bytes of the other side's DATA were consumed),
  *   RELAY_RESET (server: abort), RELAY_CLOSED u8 reason (agent: the stream is gone; 0 clean, 1 reset)
+ * Streams are carried by one attached server (conn.c: the latest that asked for relay streams); when
+ * its connection ends, its streams are reset, and a connection accepted while no server carries
+ * streams is closed at once.
  * Flow control is per stream and direction: a side sends DATA only while the bytes it sent and the
  * other side has not credited stay within RELAY_WINDOW. The agent stops reading a socket whose window
  * is full, and buffers at most a window of the server's data per stream, so a slow stream costs only
@@ -27,6 +30,7 @@
 struct stream {
   uint32_t id;
   int fd;
+  struct conn *owner;   /* the server that carries it */
   uint32_t unacked;     /* bytes sent to the server, not credited yet */
   struct obuf in;       /* the server's data, not written to the socket yet */
   uint32_t to_credit;   /* bytes written to the socket, not credited to the server yet */
@@ -64,8 +68,8 @@ static size_t slot_of(const struct stream *s) {
   return (size_t)-1;
 }
 
-static struct stream *find(uint32_t id) {
-  for (size_t i = 0; i < nstreams; i++) if (streams[i] && streams[i]->id == id) return streams[i];
+static struct stream *find(const struct conn *c, uint32_t id) {
+  for (size_t i = 0; i < nstreams; i++) if (streams[i] && streams[i]->id == id && streams[i]->owner == c) return streams[i];
   return NULL;
 }
 
@@ -78,7 +82,7 @@ static void close_stream(struct stream *s, int reason) {
   close_fd(&s->fd);
   ob_free(&s->in);
   char r = (char)reason;
-  send_frame(T_RELAY_CLOSED, s->id, &r, 1, NULL, 0);
+  conn_frame(s->owner, T_RELAY_CLOSED, s->id, &r, 1, NULL, 0);
   if (slot != (size_t)-1) streams[slot] = NULL;
   live_streams--;
   free(s);
@@ -97,7 +101,7 @@ static void arm(struct stream *s) {
 
 static void credit_server(struct stream *s, int force) {
   if (s->to_credit == 0 || (!force && s->to_credit < RELAY_WINDOW / 4)) return;
-  send_u32(T_RELAY_CREDIT, s->id, s->to_credit);
+  conn_u32(s->owner, T_RELAY_CREDIT, s->id, s->to_credit);
   s->to_credit = 0;
 }
 
@@ -124,7 +128,8 @@ void relay_accept(void) {
   for (;;) {
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    if (live_streams >= RELAY_MAX_STREAMS) { close(fd); continue; }
+    struct conn *owner = conn_relay();
+    if (live_streams >= RELAY_MAX_STREAMS || owner == NULL) { close(fd); continue; }
     /* Each frame's bytes go out at once: with Nagle, a TLS handshake's small writes to the client
        wait for its delayed ACK (about 40 ms per round). */
     int one = 1;
@@ -133,6 +138,7 @@ void relay_accept(void) {
     if (!s) { close(fd); continue; }
     s->id = next_stream_id++;
     s->fd = fd;
+    s->owner = owner;
     size_t slot = (size_t)-1;
     for (size_t i = 0; i < nstreams; i++) if (!streams[i]) { slot = i; break; }
     if (slot == (size_t)-1) {
@@ -143,7 +149,7 @@ void relay_accept(void) {
     }
     streams[slot] = s;
     live_streams++;
-    send_frame(T_RELAY_OPEN, s->id, NULL, 0, NULL, 0);
+    conn_frame(owner, T_RELAY_OPEN, s->id, NULL, 0, NULL, 0);
     s->armed = EPOLLIN;
     ep_add(fd, tag(slot, K_STREAM), EPOLLIN);
   }
@@ -162,10 +168,10 @@ void relay_event(size_t slot, uint32_t events) {
     do n = read(s->fd, buf, room < sizeof buf ? room : sizeof buf); while (n < 0 && errno == EINTR);
     if (n > 0) {
       s->unacked += (uint32_t)n;
-      send_frame(T_RELAY_DATA, s->id, buf, (size_t)n, NULL, 0);
+      conn_frame(s->owner, T_RELAY_DATA, s->id, buf, (size_t)n, NULL, 0);
     } else if (n == 0) {
       s->sock_eof = 1;
-      send_frame(T_RELAY_EOF, s->id, NULL, 0, NULL, 0);
+      conn_frame(s->owner, T_RELAY_EOF, s->id, NULL, 0, NULL, 0);
       if (maybe_done(s)) return;
     } else if (errno != EAGAIN) {
       close_stream(s, 1);
@@ -175,8 +181,17 @@ void relay_event(size_t slot, uint32_t events) {
   arm(s);
 }
 
-void relay_frame(int type, uint32_t id, const char *pl, size_t len) {
-  struct stream *s = find(id);
+void relay_drop_conn(struct conn *c) {
+  for (size_t i = 0; i < nstreams; i++) {
+    struct stream *s = streams[i];
+    if (!s || s->owner != c) continue;
+    s->owner = NULL; /* nothing more is sent to it */
+    close_stream(s, 1);
+  }
+}
+
+void relay_frame(struct conn *c, int type, uint32_t id, const char *pl, size_t len) {
+  struct stream *s = find(c, id);
   if (!s) return; /* gone already (its RELAY_CLOSED is on the way) */
   switch (type) {
   case T_RELAY_DATA_IN:

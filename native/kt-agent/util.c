@@ -1,14 +1,12 @@
-/* kt-agent: frames to the server, buffers, epoll and time helpers. */
+/* kt-agent: byte order, buffers, epoll and time helpers. */
 #include "agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,59 +19,12 @@ uint32_t get32(const char *p) {
   const unsigned char *u = (const unsigned char *)p;
   return u[0] | (u[1] << 8) | (u[2] << 16) | ((uint32_t)u[3] << 24);
 }
+void put64(char *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, (uint32_t)(v >> 32)); }
+uint64_t get64(const char *p) { return (uint64_t)get32(p) | ((uint64_t)get32(p + 4) << 32); }
 
 void die(const char *what) {
   fprintf(stderr, "kt-agent: %s: %s\n", what, strerror(errno));
   shutdown_and_exit();
-}
-
-void write_all(const void *data, size_t len) {
-  const char *buf = data;
-  while (len > 0) {
-    ssize_t w = write(1, buf, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) shutdown_and_exit(); /* the server is gone */
-    buf += w;
-    len -= (size_t)w;
-  }
-}
-
-void send_frame(int type, uint32_t id, const void *a, size_t alen, const void *b, size_t blen) {
-  char h[HDR];
-  put32(h, (uint32_t)(alen + blen));
-  h[4] = (char)type;
-  put32(h + 5, id);
-  struct iovec iov[3] = { { h, HDR }, { (void *)a, alen }, { (void *)b, blen } };
-  int n = 3, i = 0;
-  while (i < n) {
-    ssize_t w = writev(1, iov + i, n - i);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      shutdown_and_exit();
-    }
-    while (i < n && (size_t)w >= iov[i].iov_len) { w -= (ssize_t)iov[i].iov_len; i++; }
-    if (i < n) { iov[i].iov_base = (char *)iov[i].iov_base + w; iov[i].iov_len -= (size_t)w; }
-  }
-}
-
-void send_text(int type, uint32_t id, const char *text) {
-  size_t len = strlen(text);
-  send_frame(type, id, text, len > MAX_TEXT ? MAX_TEXT : len, NULL, 0);
-}
-
-void send_u32(int type, uint32_t id, uint32_t v) {
-  char b[4];
-  put32(b, v);
-  send_frame(type, id, b, 4, NULL, 0);
-}
-
-void agent_log(const char *fmt, ...) {
-  char text[MAX_TEXT];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  send_text(T_LOG, 0, text);
 }
 
 void ob_push(struct obuf *b, const char *data, size_t len) {
@@ -108,6 +59,8 @@ ssize_t ob_flush(struct obuf *b, int fd) {
     total += w;
   }
   b->off = b->len = 0;
+  /* A burst's buffer is not kept by an idle connection. */
+  if (b->cap > (1u << 20)) ob_free(b);
   return total;
 }
 
@@ -141,5 +94,11 @@ void set_nonblock(int fd, int on) {
 uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }

@@ -50,6 +50,8 @@ export interface SpawnSpec {
   readonly env: Readonly<Record<string, string>>
   /** A pseudo-terminal of this size, or pipes when absent. */
   readonly tty?: { readonly cols: number; readonly rows: number } | undefined
+  /** The command as ps shows it; a computer that holds its processes keeps it with the process. */
+  readonly label?: string | undefined
 }
 
 /** How a process ended. `signal` is a name such as `SIGKILL`. */
@@ -73,6 +75,8 @@ export type ProcessEvent =
 export interface BackendProcess {
   /** The process id inside the computer, when the backend knows it. */
   readonly pid: number | null
+  /** Its handle in a computer that holds its processes (Connection.held): `p<handle>` to everyone. */
+  readonly handle?: number | undefined
   /**
    * Every event exactly once; ends when the process and all holders of its output are gone.
    * Made with `new ProcessEvents()` (bounded, with back-pressure). Aliasing rule: the bytes of a
@@ -124,6 +128,56 @@ export interface Instance {
   readonly endsAt?: number | undefined
 }
 
+/** A process as the computer that holds it keeps it (see HeldProcesses). */
+export interface HeldProcess {
+  readonly handle: number
+  readonly pid: number
+  /** What the kernel recorded when it started it (another server's kernel, maybe). */
+  readonly command: string
+  readonly cwd: string
+  readonly tty: boolean
+  readonly size: { readonly cols: number; readonly rows: number }
+  /** Once it exited. */
+  readonly exit: ExitInfo | undefined
+  /** Its output ended too (children that outlived it may write until then). */
+  readonly closed: boolean
+  /** Why it ended, as a server noted it. */
+  readonly note: string
+  /** On the computer's clock, ms since the epoch. */
+  readonly startedAt: number
+  readonly endedAt: number | undefined
+  /** Bytes each stream has produced. */
+  readonly totals: { readonly stdout: number; readonly stderr: number }
+}
+
+/**
+ * A computer that holds its own processes (an agent inside it, or the provider's process service):
+ * their handles, records, exits and retained output outlive any server, and any server that
+ * connects can follow them.
+ */
+export interface HeldProcesses {
+  /** Who holds them now: another value after a reconnect means the earlier processes are gone. */
+  readonly boot: string
+  /** Bytes kept from the start and from the end of each stream; what falls between is counted. */
+  readonly retention: { readonly headBytes: number; readonly tailBytes: number }
+  /** Every process the computer keeps (running, and finished ones up to its own bound). */
+  readonly list: Effect.Effect<ReadonlyArray<HeldProcess>, ProviderError>
+  /** Follows one from the given offsets, for the Scope (its end lets go, the process runs on). */
+  readonly attach: (
+    handle: number,
+    from: { readonly stdout: number; readonly stderr: number }
+  ) => Effect.Effect<{ readonly process: BackendProcess; readonly held: HeldProcess }, ProviderError, Scope.Scope>
+  /** Retained bytes from `from` (moved past what fell out: `start`), at most `most`. */
+  readonly read: (
+    handle: number,
+    stream: "stdout" | "stderr",
+    from: number,
+    most: number
+  ) => Effect.Effect<{ readonly start: number; readonly total: number; readonly data: Uint8Array }, ProviderError>
+  /** Records why it ends, for every server that lists it. */
+  readonly note: (handle: number, text: string) => Effect.Effect<void>
+}
+
 /** A running computer as the kernel uses it: where processes start. Scoped provider state. */
 export interface Connection {
   /** The default working directory and HOME of processes. */
@@ -134,6 +188,13 @@ export interface Connection {
    * outside, agent killed, machine stopped), with a sentence saying what happened. Never fails.
    */
   readonly lost: Effect.Effect<string>
+  /** Present when the computer holds its processes: then they outlive this connection. */
+  readonly held?: HeldProcesses | undefined
+  /**
+   * The computer's lifecycle lease for a step (restart, reset, delete), held for the Scope: one
+   * server at a time, whichever server; a Conflict names the step another server is in.
+   */
+  readonly lease?: ((step: string) => Effect.Effect<void, ProviderError, Scope.Scope>) | undefined
 }
 
 /** Lease renewal or keep-alive that the kernel schedules (with `Clock`) while it holds a computer. */

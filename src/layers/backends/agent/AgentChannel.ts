@@ -1,10 +1,11 @@
 /**
- * Where an agent's frames come from: a FIFO (host backend: the agent's stdout, never a path inside
- * the sandbox) or a stream (the agent's stdout over a container engine's exec). Either way chunks are
- * handed over one at a time, valid only during the call, and the source can be paused: that is how
- * the server applies backpressure to a computer's output.
+ * Where an agent's frames come from: a socket (host backend: the agent's listening socket in the
+ * computer's directory, never a path inside the sandbox) or a stream (the connector's stdout over a
+ * container engine's exec). Either way chunks are handed over one at a time, valid only during the
+ * call, and the source can be paused: that is how the server applies backpressure to a computer's
+ * output.
  */
-import { type OnReadOpts, Socket, type SocketConstructorOpts } from "node:net"
+import { connect, type OnReadOpts, type Socket } from "node:net"
 import type { Readable } from "node:stream"
 
 export interface AgentChannel {
@@ -15,53 +16,55 @@ export interface AgentChannel {
   readonly destroy: () => void
 }
 
-/** Read size of a FIFO channel (the agent raises the FIFO to this capacity when output is heavy). */
-const FIFO_READ = 1 << 20
+/** Read size of a socket channel. */
+const SOCKET_READ = 1 << 20
 
 /**
- * The read buffer of every FIFO channel. One is enough: a read's chunk is handed over and consumed
+ * The read buffer of every socket channel. One is enough: a read's chunk is handed over and consumed
  * synchronously, before the event loop reads anything else, and consumers copy what they keep (the
  * contract above). One per channel would hold 1 MiB per idle computer.
  */
 let shared: Buffer | undefined
 
-/** Reads an open FIFO into the shared read buffer: no allocation per read, none per channel. */
-export const fromFifo = (fd: number): AgentChannel => {
-  let socket: Socket | undefined
+/** A connected Unix socket to the agent, read into the shared buffer: no allocation per read, none per channel. */
+export const fromSocket = (path: string): { readonly channel: AgentChannel; readonly socket: Socket } => {
   let paused = false
+  let deliver: (chunk: Buffer) => void = () => {}
+  const buffer = shared ??= Buffer.allocUnsafe(SOCKET_READ)
+  const onread: OnReadOpts = {
+    buffer,
+    callback: (n) => {
+      deliver(buffer.subarray(0, n))
+      return true
+    }
+  }
+  const socket = connect({ path, onread })
+  socket.on("error", () => {})
   return {
-    start: (onChunk, onEnd) => {
-      const buffer = shared ??= Buffer.allocUnsafe(FIFO_READ)
-      const onread: OnReadOpts = {
-        buffer,
-        callback: (n) => {
-          onChunk(buffer.subarray(0, n))
-          return true
+    socket,
+    channel: {
+      start: (onChunk, onEnd) => {
+        deliver = onChunk
+        if (paused) socket.pause()
+        let ended = false
+        const end = () => {
+          if (ended) return
+          ended = true
+          onEnd()
         }
-      }
-      // Node supports `onread` for any socket; its types only declare it for net.connect.
-      const options: SocketConstructorOpts & { readonly onread: OnReadOpts } = { fd, readable: true, writable: false, onread }
-      socket = new Socket(options)
-      if (paused) socket.pause()
-      let ended = false
-      const end = () => {
-        if (ended) return
-        ended = true
-        onEnd()
-      }
-      socket.on("end", end)
-      socket.on("close", end)
-      socket.on("error", () => {})
-    },
-    pause: () => {
-      paused = true
-      socket?.pause()
-    },
-    resume: () => {
-      paused = false
-      socket?.resume()
-    },
-    destroy: () => socket?.destroy()
+        socket.on("end", end)
+        socket.on("close", end)
+      },
+      pause: () => {
+        paused = true
+        socket.pause()
+      },
+      resume: () => {
+        paused = false
+        socket.resume()
+      },
+      destroy: () => socket.destroy()
+    }
   }
 }
 

@@ -1,191 +1,180 @@
 /**
- * The server side of the kt-agent protocol (AgentProtocol.ts, native/kt-agent.c): one AgentClient
- * drives one agent — one computer. It is a plain class fed by the agent's channel; backends use it
- * through AgentProcesses.ts, and start it with AgentLauncher.ts (host) or DockerAgent.ts.
+ * The server side of one connection to a kt-agent (AgentProtocol.ts, native/kt-agent.c): the
+ * handshake, then requests (spawn, watch, read, list, step) answered by tag, and the processes this
+ * connection watches. The agent holds the processes; this connection only follows some of them, and
+ * its end (a violation, the socket closed, `detach`) ends nothing in the computer. Backends use it
+ * through AgentProcesses.ts; AgentLauncher.ts (host) and DockerAgent.ts make its link.
  *
- * Everything the agent says goes through FrameDecoder first. A protocol violation, like the agent's
- * death, ends only this computer: every process of it ends (SIGKILL), `onLost` gets the reason
- * ("agent protocol violation: …"), the agent is killed, and nothing is thrown into the caller.
- * Its failures are ProviderErrors of the backend that runs it ("Unavailable": the agent is gone).
+ * Everything the agent says goes through FrameDecoder first. A protocol violation, like the link's
+ * end, ends only this connection: every watch learns it (`onClosed(undefined)`), pending requests
+ * fail, `onLost` gets the reason ("agent protocol violation: …"), and nothing is thrown into the
+ * caller. Its failures are ProviderErrors of the backend ("Unavailable": the connection is gone;
+ * "NotFound": the agent has no such process).
  */
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import type { Readable, Writable } from "node:stream"
-import type { AgentChannel } from "./AgentChannel.js"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import { type ProviderError, providerError, SpawnFailed } from "../../../domain/Errors.js"
 import { signalNumber } from "../../../domain/Signals.js"
 import type { ExitInfo } from "../../../services/Backend.js"
-import { type AgentSpawnSpec, encodeFrame, encodeSize, encodeSpawn, encodeU32, FrameType } from "./AgentProtocol.js"
+import type { AgentChannel } from "./AgentChannel.js"
+import * as Handshake from "./AgentHandshake.js"
+import {
+  type AgentSpawnSpec,
+  encodeFrame,
+  encodeRead,
+  encodeSize,
+  encodeSpawn,
+  encodeStep,
+  encodeU32,
+  encodeWatch,
+  FrameType,
+  MAX_NOTE,
+  MAX_READ,
+  type ProcessRecord
+} from "./AgentProtocol.js"
 import { FrameDecoder } from "./FrameDecoder.js"
 import { RelayHub, type RelayListener } from "./Relay.js"
 
-/** Callbacks of one process started through the agent. */
-export interface ProcessHandlers {
-  /** `data` is only valid during the call (its memory is reused for the next read): copy what you keep. */
-  readonly onStdout: (data: Uint8Array) => void
-  readonly onStderr: (data: Uint8Array) => void
+/** What a watch of one process hears. */
+export interface WatchHandlers {
+  /** `data` is only valid during the call (its memory is reused): copy what you keep. */
+  readonly onOutput: (stream: "stdout" | "stderr", offset: number, data: Uint8Array) => void
   /** Once; after every byte the process itself wrote. `ended`: processes a teardown of its tree ended. */
-  readonly onExit: (exit: ExitInfo, ended: number) => void
-  /** Once, last: no more output will come. `ended`: as for onExit, since; undefined when the agent died. */
+  readonly onExit: (exit: ExitInfo, ended: number, endMs: number) => void
+  /**
+   * Once, last. `ended`: as for onExit, since. Undefined: this connection ended (or stopped watching)
+   * first — the process itself may well be running on.
+   */
   readonly onClosed: (ended: number | undefined) => void
 }
 
-type SpawnResult = { readonly pid: number } | { readonly failed: string } | { readonly error: string }
-
-interface Entry {
-  readonly handlers: ProcessHandlers
-  pending: ((result: SpawnResult) => void) | undefined
-  exited: boolean
-}
-
-/**
- * The agent process as the client needs it: a child process here, or an agent started inside a
- * container through the engine (see DockerAgent.ts). `close` comes after its output ended.
- */
-export interface AgentProcess {
-  readonly stdin: Writable | null
-  readonly stdout: Readable | null
-  readonly stderr: Readable | null
-  readonly pid?: number | undefined
-  on(event: "error", listener: (error: Error) => void): unknown
-  on(event: "close", listener: (code: number | null, signal: NodeJS.Signals | null) => void): unknown
-  kill(signal?: NodeJS.Signals): boolean
+/** How bytes move to and from the agent: a socket, or an engine exec of the connector. */
+export interface AgentLink {
+  /** Chunks from the agent (paused while output is held: back-pressure). */
+  readonly channel: AgentChannel
+  readonly write: (bytes: Buffer) => void
+  /** Ends the link (the agent sees the connection close). */
+  readonly close: () => void
 }
 
 export interface AgentOptions {
-  /** Called when the agent dies or breaks the protocol other than through `shutdown`. */
+  /** Called when the connection ends other than through `detach` or `shutdown`. */
   readonly onLost?: ((reason: string) => void) | undefined
-  /** Where connections to the agent's relay port go (the agent must have been given --relay-port). */
+  /** Where connections to the agent's relay port go: this connection then carries them. */
   readonly relay?: RelayListener | undefined
   /** The agent's own diagnostics (LOG frames), e.g. a capability bounding set it could not clear. */
   readonly onLog?: ((text: string) => void) | undefined
 }
 
-/** Fibers waiting until a condition holds, resumed together. */
-class Waiters {
-  private readonly waiting = new Set<() => void>()
-  constructor(private readonly holds: () => boolean) {}
-
-  readonly await: Effect.Effect<void> = Effect.async<void>((resume) => {
-    if (this.holds()) return resume(Effect.void)
-    const waiter = () => resume(Effect.void)
-    this.waiting.add(waiter)
-    return Effect.sync(() => this.waiting.delete(waiter))
-  })
-
-  release(): void {
-    for (const waiter of this.waiting) waiter()
-    this.waiting.clear()
-  }
-}
-
-/** How long to wait for the rest of the channel after the agent exited. */
-const DRAIN_AFTER_EXIT = "1 second"
+type Pending =
+  | { readonly kind: "spawn"; readonly resume: (result: { handle: number; pid: number; startMs: number } | { failed: string } | { error: string }) => void }
+  | { readonly kind: "watch"; readonly resume: (result: ProcessRecord | { failed: string } | { error: string }) => void }
+  | { readonly kind: "read"; readonly resume: (result: { start: number; total: number; data: Buffer } | { failed: string } | { error: string }) => void; pieces: Array<Buffer>; start: number; total: number }
+  | { readonly kind: "list"; readonly resume: (result: Array<ProcessRecord> | { error: string }) => void; readonly records: Array<ProcessRecord> }
+  | { readonly kind: "step"; readonly resume: (result: { granted: boolean; holder: string } | { error: string }) => void }
 
 export class AgentClient {
-  private readonly entries = new Map<number, Entry>()
-  /** The client is done (the agent died, broke the protocol, or was shut down). */
-  private readonly gone = new Waiters(() => this.dead !== undefined)
-  /** The agent process exited (its channel may still hold frames). */
-  private readonly agentExited = new Waiters(() => this.exitReason !== undefined)
-  /** Why the agent process exited, once it has (its channel may still hold frames). */
-  private exitReason: string | undefined
   private readonly decoder: FrameDecoder
   private readonly relay: RelayHub
-  private nextId = 1
+  private readonly pending = new Map<number, Pending>()
+  private readonly watches = new Map<number, WatchHandlers>()
+  private readonly unwatched = new Map<number, Array<() => void>>()
+  private readonly ended = Deferred.unsafeMake<string>(FiberId.none)
+  private readonly greeted = Deferred.unsafeMake<Handshake.Welcome, string>(FiberId.none)
+  private nextTag = 1
   private dead: string | undefined
-  private closing = false
-  private stderrTail = ""
-  private readyWaiter: ((error: string | undefined) => void) | undefined
-  private wasReady = false
-  /** Processes whose consumers are full: while any, the channel is not read. */
+  private leaving = false
+  private welcomed: Handshake.Welcome | undefined
+  private hello: { readonly boot: Buffer; readonly nonce: Buffer; readonly serverNonce: Buffer } | undefined
+  /** Processes whose consumers are full: while any, the link is not read. */
   private readonly held = new Set<number>()
 
-  /**
-   * `channel`: where the agent's frames come from (a FIFO, or the process's stdout); it is paused
-   * while output is held. `channelIsStdout`: the process's 'close' comes after the channel ended.
-   */
   constructor(
     private readonly backend: string,
-    private readonly child: AgentProcess,
-    private readonly channel: AgentChannel,
-    channelIsStdout: boolean,
+    private readonly link: AgentLink,
+    key: Buffer,
     private readonly options: AgentOptions = {}
   ) {
     this.relay = new RelayHub(backend, (type, id, payload) => this.send(type, id, payload), options.relay)
     this.decoder = new FrameDecoder({
-      ready: () => {
-        this.wasReady = true
-        const waiter = this.readyWaiter
-        this.readyWaiter = undefined
-        waiter?.(undefined)
+      hello: (boot, nonce) => {
+        const { payload, serverNonce } = Handshake.auth(key, boot, nonce, options.relay !== undefined)
+        this.hello = { boot, nonce, serverNonce }
+        if (options.relay !== undefined) this.decoder.relay.enable()
+        this.send(FrameType.Auth, 0, payload)
       },
-      started: (id, pid) => this.settle(id, { pid }),
-      spawnFailed: (id, reason) => {
-        const entry = this.entries.get(id)
-        this.entries.delete(id)
-        entry?.pending?.({ failed: reason })
+      welcome: (payload) => {
+        const hello = this.hello!
+        const welcome = Handshake.welcome(key, hello.boot, hello.nonce, hello.serverNonce, payload)
+        if (welcome === undefined) return this.die("the computer's agent did not prove its key (not the computer's agent)", true)
+        this.welcomed = welcome
+        Deferred.unsafeDone(this.greeted, Exit.succeed(welcome))
       },
-      output: (id, stream, data) => {
-        const entry = this.entries.get(id)
-        if (entry === undefined) return
-        if (stream === "stdout") entry.handlers.onStdout(data)
-        else entry.handlers.onStderr(data)
+      started: (tag, handle, pid, startMs) => this.answer(tag, "spawn", { handle, pid, startMs }),
+      spawnFailed: (tag, reason) => this.answer(tag, "spawn", { failed: reason }),
+      output: (handle, stream, offset, data) => this.watches.get(handle)?.onOutput(stream, offset, data),
+      exit: (handle, exit, ended, _totals, endMs) => this.watches.get(handle)?.onExit(exit, ended, endMs),
+      closed: (handle, ended) => {
+        const watch = this.watches.get(handle)
+        this.watches.delete(handle)
+        this.holdOutput(handle, false)
+        watch?.onClosed(ended)
       },
-      exit: (id, exit, ended) => {
-        const entry = this.entries.get(id)
-        if (entry === undefined || entry.exited) return
-        entry.exited = true
-        entry.handlers.onExit(exit, ended)
+      unwatched: (handle) => {
+        const waiting = this.unwatched.get(handle)
+        const next = waiting?.shift()
+        if (waiting !== undefined && waiting.length === 0) this.unwatched.delete(handle)
+        next?.()
       },
-      closed: (id, ended) => {
-        const entry = this.entries.get(id)
-        this.entries.delete(id)
-        this.holdOutput(id, false)
-        entry?.handlers.onClosed(ended)
+      watching: (tag, record) => this.answer(tag, "watch", record),
+      readStart: (tag, start, total) => {
+        const request = this.pending.get(tag)
+        if (request?.kind === "read") {
+          request.start = start
+          request.total = total
+        }
       },
-      released: () => {},
-      log: (text) => {
-        this.stderr(`[agent] ${text}\n`)
-        options.onLog?.(text)
+      readData: (tag, data) => {
+        const request = this.pending.get(tag)
+        if (request?.kind === "read") request.pieces.push(Buffer.from(data))
       },
-      relayOpen: (id) => this.relay.open(id, this.decoder),
+      readEnd: (tag) => {
+        const request = this.pending.get(tag)
+        if (request?.kind === "read") this.answer(tag, "read", { start: request.start, total: request.total, data: Buffer.concat(request.pieces) })
+      },
+      record: (tag, record) => {
+        const request = this.pending.get(tag)
+        if (request?.kind === "list") request.records.push(record)
+      },
+      listEnd: (tag) => {
+        const request = this.pending.get(tag)
+        if (request?.kind === "list") this.answer(tag, "list", request.records)
+      },
+      failed: (tag, reason) => {
+        const request = this.pending.get(tag)
+        if (request?.kind === "watch") this.answer(tag, "watch", { failed: reason })
+        else if (request?.kind === "read") this.answer(tag, "read", { failed: reason })
+      },
+      stepResult: (tag, granted, holder) => this.answer(tag, "step", { granted, holder }),
+      log: (text) => options.onLog?.(text),
+      relayOpen: (id) => this.relay.open(id, this.decoder.relay),
       relayData: (id, data) => this.relay.data(id, data),
       relayEof: (id) => this.relay.eof(id),
       relayCredit: (id, bytes) => this.relay.credit(id, bytes),
       relayClosed: (id, reset) => this.relay.closed(id, reset),
-      violation: (reason) => this.violation(reason)
+      violation: (reason) => this.die(`agent protocol violation: ${reason}`, true)
     })
-    let channelEnded = channelIsStdout
-    const onChannelEnd = () => {
-      channelEnded = true
-      if (this.exitReason !== undefined) this.die(this.exitReason)
-    }
-    channel.start((chunk) => this.push(chunk), channelIsStdout ? () => {} : onChannelEnd)
-    child.stderr?.on("data", (chunk: Buffer) => this.stderr(chunk.toString("utf8")))
-    this.child.stdin?.on("error", () => {})
-    child.on("error", (error) => this.die(`cannot start the agent: ${error.message}`))
-    child.on("close", (code, signal) => {
-      const how = signal ? `was killed by ${signal}` : `exited with code ${code}`
-      const detail = this.stderrTail.trim()
-      this.exitReason = `the computer's agent ${how}${detail ? `: ${detail}` : ""}`
-      // Frames still in the channel come first (see drainAfterExit).
-      if (channelEnded) this.die(this.exitReason)
-      this.agentExited.release()
-    })
+    link.channel.start((chunk) => this.push(chunk), () => this.die("the connection to the computer's agent ended", false))
   }
 
-  /**
-   * Once the agent process has exited, gives its channel a moment to deliver what it still holds,
-   * then gives up on it: something else holding a FIFO channel open must not keep the computer
-   * from being reported lost. Run it in the agent's Scope (AgentLauncher does) when the channel is
-   * not the process's own stdout.
-   */
-  readonly drainAfterExit: Effect.Effect<void> = this.agentExited.await.pipe(
-    Effect.zipRight(Effect.sleep(DRAIN_AFTER_EXIT)),
-    Effect.zipRight(Effect.sync(() => {
-      if (this.exitReason !== undefined) this.die(this.exitReason)
-    }))
-  )
+  private answer(tag: number, kind: Pending["kind"], result: unknown): void {
+    const request = this.pending.get(tag)
+    if (request === undefined || request.kind !== kind) return
+    this.pending.delete(tag)
+    ;(request.resume as (result: unknown) => void)(result)
+  }
 
   private unavailable(operation: string, reason: string): ProviderError {
     return providerError(this.backend, operation, "Unavailable", reason)
@@ -195,177 +184,261 @@ export class AgentClient {
     try {
       this.decoder.push(chunk)
     } catch (error) {
-      // A handler failed on this input: the computer is unusable, the server is not.
-      this.violation(`the server could not handle a frame: ${error instanceof Error ? error.message : String(error)}`)
+      // A handler failed on this input: the connection is unusable, the server is not.
+      this.die(`agent protocol violation: the server could not handle a frame: ${error instanceof Error ? error.message : String(error)}`, true)
     }
   }
 
-  private stderr(text: string): void {
-    this.stderrTail = (this.stderrTail + text).slice(-4000)
+  private die(reason: string, close: boolean): void {
+    if (this.dead !== undefined) return
+    this.dead = this.leaving ? "the connection to the computer was closed" : reason
+    this.held.clear()
+    if (close) this.link.close()
+    this.link.channel.destroy()
+    this.relay.dead()
+    Deferred.unsafeDone(this.greeted, Exit.fail(reason))
+    if (!this.leaving) this.options.onLost?.(reason)
+    const pending = [...this.pending.values()]
+    this.pending.clear()
+    for (const request of pending) (request.resume as (result: { error: string }) => void)({ error: this.dead })
+    const watches = [...this.watches.values()]
+    this.watches.clear()
+    for (const watch of watches) watch.onClosed(undefined)
+    for (const waiting of this.unwatched.values()) for (const wake of waiting) wake()
+    this.unwatched.clear()
+    Deferred.unsafeDone(this.ended, Exit.succeed(this.dead))
   }
 
-  private violation(reason: string): void {
-    this.die(`agent protocol violation: ${reason}`)
-    this.child.kill("SIGKILL")
+  private send(type: number, id: number, payload?: Uint8Array): void {
+    if (this.dead === undefined) this.link.write(encodeFrame(type, id, payload))
   }
 
-  /** Succeeds once the agent reported READY; fails with the reason it did not (e.g. bwrap's message). */
-  readonly ready: Effect.Effect<void, ProviderError> = Effect.async((resume) => {
-    if (this.wasReady) return resume(Effect.void)
-    if (this.dead !== undefined) return resume(Effect.fail(this.unavailable("start the computer's agent", this.dead)))
-    this.readyWaiter = (error) =>
-      resume(error === undefined ? Effect.void : Effect.fail(this.unavailable("start the computer's agent", error)))
-    return Effect.sync(() => {
-      this.readyWaiter = undefined
-    })
-  })
+  /** Succeeds once the agent proved the key; fails with the reason it did not. */
+  readonly ready: Effect.Effect<Handshake.Welcome, ProviderError> = Deferred.await(this.greeted).pipe(
+    Effect.mapError((reason) => this.unavailable("attach to the computer's agent", reason))
+  )
 
-  /** Why the agent is unusable, or undefined while it runs. */
+  /** What the agent said when it accepted this connection. */
+  get welcome(): Handshake.Welcome | undefined {
+    return this.welcomed
+  }
+
+  /** The agent's boot id (hex): a new one means the computer's agent was started again. */
+  get boot(): string | undefined {
+    return this.hello?.boot.toString("hex")
+  }
+
+  /** Why the connection is unusable, or undefined while it stands. */
   get failure(): string | undefined {
     return this.dead
   }
 
-  get pid(): number | undefined {
-    return this.child.pid
+  /** Completes with the reason once the connection ended. */
+  readonly closed: Effect.Effect<string> = Deferred.await(this.ended)
+
+  /** Sends a request; answers what `make`'s entry is resumed with (`{ error }` when the connection ends first). */
+  private request<R>(operation: string, type: number, payload: Buffer | undefined, make: (resume: (result: R) => void) => Pending) {
+    return Effect.async<R, ProviderError>((resume) => {
+      if (this.dead !== undefined) return resume(Effect.fail(this.unavailable(operation, this.dead)))
+      const tag = this.nextTag++
+      const pending = make((result) => resume(Effect.succeed(result)))
+      this.pending.set(tag, pending)
+      this.decoder.answers.expect(tag, this.expectation(pending, payload))
+      this.send(type, tag, payload)
+      return Effect.sync(() => this.pending.delete(tag))
+    })
   }
 
-  private settle(id: number, result: SpawnResult): void {
-    const entry = this.entries.get(id)
-    const pending = entry?.pending
-    if (entry) entry.pending = undefined
-    pending?.(result)
-  }
-
-  private die(reason: string): void {
-    if (this.dead !== undefined) return
-    this.dead = this.closing ? "the computer was closed" : reason
-    this.held.clear()
-    this.channel.destroy()
-    this.relay.dead()
-    if (!this.closing) this.options.onLost?.(reason)
-    const waiter = this.readyWaiter
-    this.readyWaiter = undefined
-    waiter?.(reason)
-    const entries = [...this.entries.values()]
-    this.entries.clear()
-    for (const entry of entries) {
-      if (entry.pending) {
-        entry.pending({ error: this.dead })
-        continue
-      }
-      if (!entry.exited) {
-        entry.exited = true
-        entry.handlers.onExit({ exitCode: null, signal: "SIGKILL" }, 0)
-      }
-      entry.handlers.onClosed(undefined)
+  private expectation(pending: Pending, payload: Buffer | undefined) {
+    switch (pending.kind) {
+      case "watch":
+        return { kind: "watch" as const, handle: payload!.readUInt32LE(0), stdout: Number(payload!.readBigUInt64LE(4)), stderr: Number(payload!.readBigUInt64LE(12)) }
+      case "read":
+        return { kind: "read" as const, from: Number(payload!.readBigUInt64LE(5)), most: payload!.readUInt32LE(13) }
+      default:
+        return { kind: pending.kind }
     }
-    this.gone.release()
   }
 
-  private send(type: number, id: number, payload?: Uint8Array): void {
-    if (this.dead === undefined) this.child.stdin?.write(encodeFrame(type, id, payload))
-  }
-
-  /** Starts a process with pipes, or on a terminal of the given size; resolves with its id and pid. */
+  /**
+   * Starts a process with pipes, or on a terminal of the given size; this connection then watches
+   * it from its first byte. Interrupted before it started: whatever starts is killed.
+   */
   spawn(
     spec: AgentSpawnSpec,
-    handlers: ProcessHandlers,
+    handlers: WatchHandlers,
     tty?: { readonly cols: number; readonly rows: number }
-  ): Effect.Effect<{ readonly id: number; readonly pid: number }, SpawnFailed | ProviderError> {
+  ): Effect.Effect<{ readonly handle: number; readonly pid: number; readonly startMs: number }, SpawnFailed | ProviderError> {
     const command = spec.argv.join(" ")
+    // A terminal's process always gets its shell: interactive programs start under it.
+    const payload = encodeSpawn(tty === undefined ? spec : { ...spec, direct: undefined }, tty)
+    if (payload === undefined || spec.argv.length === 0) {
+      return Effect.fail(new SpawnFailed({ command, reason: "argv is empty, a string contains a NUL byte, or the command is too long to record" }))
+    }
+    const type = tty !== undefined ? FrameType.SpawnTty : spec.direct?.length ? FrameType.SpawnDirect : FrameType.Spawn
     return Effect.async((resume) => {
-      if (this.dead !== undefined) {
-        resume(Effect.fail(this.unavailable("start a process", this.dead)))
-        return
-      }
-      // A terminal's process always gets its shell: interactive programs start under it.
-      const payload = encodeSpawn(tty === undefined ? spec : { ...spec, direct: undefined })
-      if (payload === undefined || spec.argv.length === 0) {
-        resume(Effect.fail(new SpawnFailed({ command, reason: "argv is empty or contains a NUL byte" })))
-        return
-      }
-      const id = this.nextId++
-      const entry: Entry = { handlers, pending: undefined, exited: false }
-      entry.pending = (result) => {
-        entry.pending = undefined
-        if ("pid" in result) resume(Effect.succeed({ id, pid: result.pid }))
-        else if ("failed" in result) resume(Effect.fail(new SpawnFailed({ command, reason: result.failed })))
-        else resume(Effect.fail(this.unavailable("start a process", result.error)))
-      }
-      this.entries.set(id, entry)
-      this.decoder.expectSpawn(id)
-      if (tty === undefined) this.send(spec.direct?.length ? FrameType.SpawnDirect : FrameType.Spawn, id, payload)
-      else this.send(FrameType.SpawnTty, id, Buffer.concat([encodeSize(tty.cols, tty.rows), payload]))
-      return Effect.sync(() => {
-        // Interrupted while starting: whatever starts is killed and forgotten.
-        if (entry.pending !== undefined) {
-          entry.pending = undefined
-          this.release(id)
+      if (this.dead !== undefined) return resume(Effect.fail(this.unavailable("start a process", this.dead)))
+      const tag = this.nextTag++
+      let waiting = true
+      this.pending.set(tag, {
+        kind: "spawn",
+        resume: (result) => {
+          if ("handle" in result) {
+            this.watches.set(result.handle, handlers)
+            if (waiting) return resume(Effect.succeed(result))
+            // Interrupted while starting: it is killed and let go of.
+            this.signal(result.handle, "SIGKILL")
+            void Effect.runFork(this.unwatch(result.handle))
+            return
+          }
+          if (!waiting) return
+          resume(Effect.fail("failed" in result ? new SpawnFailed({ command, reason: result.failed }) : this.unavailable("start a process", result.error)))
         }
+      })
+      this.decoder.answers.expect(tag, { kind: "spawn" })
+      this.send(type, tag, payload)
+      return Effect.sync(() => {
+        waiting = false
       })
     })
   }
 
-  write(id: number, data: Uint8Array): void {
-    if (this.entries.has(id)) this.send(FrameType.Stdin, id, data)
+  /** Follows a process from the given offsets; answers its record, or NotFound. */
+  watch(handle: number, from: { readonly stdout: number; readonly stderr: number }, handlers: WatchHandlers): Effect.Effect<ProcessRecord, ProviderError> {
+    return Effect.flatMap(
+      this.request<ProcessRecord | { failed: string } | { error: string }>("follow a process", FrameType.Watch, encodeWatch(handle, from.stdout, from.stderr), (resume) => ({
+        kind: "watch",
+        resume: (result) => {
+          // The output that follows WATCHING in the same read reaches the handlers.
+          if ("handle" in result) this.watches.set(handle, handlers)
+          resume(result)
+        }
+      })),
+      (result) => {
+        if ("failed" in result) return Effect.fail(providerError(this.backend, "follow a process", "NotFound", result.failed))
+        if ("error" in result) return Effect.fail(this.unavailable("follow a process", result.error))
+        return Effect.succeed(result)
+      }
+    )
   }
 
-  closeStdin(id: number): void {
-    if (this.entries.has(id)) this.send(FrameType.StdinEof, id)
+  /** Stops following a process: nothing more comes for it once this completes. */
+  unwatch(handle: number): Effect.Effect<void> {
+    return Effect.async<void>((resume) => {
+      const watch = this.watches.get(handle)
+      this.watches.delete(handle)
+      this.holdOutput(handle, false)
+      if (this.dead !== undefined) return resume(Effect.void)
+      const waiting = this.unwatched.get(handle) ?? []
+      waiting.push(() => resume(Effect.void))
+      this.unwatched.set(handle, waiting)
+      this.decoder.answers.unwatch(handle)
+      this.send(FrameType.Unwatch, handle)
+      watch?.onClosed(undefined)
+    })
   }
 
-  resize(id: number, cols: number, rows: number): void {
-    if (this.entries.has(id)) this.send(FrameType.Resize, id, encodeSize(cols, rows))
+  /** Retained bytes of a stream from `from` (moved past what fell out: see `start`), at most `most`. */
+  read(handle: number, stream: "stdout" | "stderr", from: number, most: number): Effect.Effect<{ readonly start: number; readonly total: number; readonly data: Buffer }, ProviderError> {
+    return Effect.flatMap(
+      this.request<{ start: number; total: number; data: Buffer } | { failed: string } | { error: string }>(
+        "read a process's output",
+        FrameType.Read,
+        encodeRead(handle, stream, from, Math.min(most, MAX_READ)),
+        (resume) => ({ kind: "read", resume, pieces: [], start: 0, total: 0 })
+      ),
+      (result) =>
+        "failed" in result
+          ? Effect.fail(providerError(this.backend, "read a process's output", "NotFound", result.failed))
+          : "error" in result
+          ? Effect.fail(this.unavailable("read a process's output", result.error))
+          : Effect.succeed(result)
+    )
+  }
+
+  /** Every process the computer keeps. */
+  readonly list: Effect.Effect<ReadonlyArray<ProcessRecord>, ProviderError> = Effect.flatMap(
+    this.request<Array<ProcessRecord> | { error: string }>("list the computer's processes", FrameType.List, undefined, (resume) => ({
+      kind: "list",
+      resume,
+      records: []
+    })),
+    (result) => (Array.isArray(result) ? Effect.succeed(result) : Effect.fail(this.unavailable("list the computer's processes", result.error)))
+  )
+
+  /** Takes (or gives back) the computer's lifecycle lease; a refusal names the holder's step. */
+  step(take: boolean, name: string): Effect.Effect<{ readonly granted: boolean; readonly holder: string }, ProviderError> {
+    return Effect.flatMap(
+      this.request<{ granted: boolean; holder: string } | { error: string }>("coordinate a lifecycle step", FrameType.Step, encodeStep(take, name), (resume) => ({
+        kind: "step",
+        resume
+      })),
+      (result) => ("error" in result ? Effect.fail(this.unavailable("coordinate a lifecycle step", result.error)) : Effect.succeed(result))
+    )
+  }
+
+  write(handle: number, data: Uint8Array): void {
+    this.send(FrameType.Stdin, handle, data)
+  }
+
+  closeStdin(handle: number): void {
+    this.send(FrameType.StdinEof, handle)
+  }
+
+  resize(handle: number, cols: number, rows: number): void {
+    this.send(FrameType.Resize, handle, encodeSize(cols, rows))
   }
 
   /** Signals the process group; SIGKILL ends the whole tree. False when the name is unknown. */
-  signal(id: number, signal: string): boolean {
+  signal(handle: number, signal: string): boolean {
     const n = signalNumber(signal)
     if (n === undefined) return false
-    if (this.entries.has(id)) this.send(FrameType.Signal, id, encodeU32(n))
+    this.send(FrameType.Signal, handle, encodeU32(n))
     return true
   }
 
-  /** Forgets a process: the agent tears down its tree if still open, and reports nothing more. */
-  release(id: number): void {
-    this.entries.delete(id)
-    this.holdOutput(id, false)
-    if (this.decoder.isLive(id)) {
-      this.decoder.releasing(id)
-      this.send(FrameType.Release, id)
-    }
+  /** Records why the process ends, for every server that lists it. */
+  note(handle: number, text: string): void {
+    this.send(FrameType.Note, handle, Buffer.from(text, "utf8").subarray(0, MAX_NOTE))
   }
 
   /**
-   * Backpressure: while any process holds the output, the channel is not read, so the agent blocks
-   * on it and its processes block on their full pipes.
+   * Backpressure: while any watched process holds its output, the link is not read; the agent then
+   * keeps this connection's output in its store (the processes never wait for a server).
    */
-  holdOutput(id: number, hold: boolean): void {
+  holdOutput(handle: number, hold: boolean): void {
     if (this.dead !== undefined) return
     const before = this.held.size
-    if (hold && this.entries.has(id)) this.held.add(id)
-    else this.held.delete(id)
-    if (before === 0 && this.held.size > 0) this.channel.pause()
-    else if (before > 0 && this.held.size === 0) this.channel.resume()
+    if (hold && this.watches.has(handle)) this.held.add(handle)
+    else this.held.delete(handle)
+    if (before === 0 && this.held.size > 0) this.link.channel.pause()
+    else if (before > 0 && this.held.size === 0) this.link.channel.resume()
   }
 
+  /** Lets go of the computer: the connection closes, the agent and its processes live on. */
+  readonly detach: Effect.Effect<void> = Effect.suspend(() => {
+    this.leaving = true
+    this.link.close()
+    return this.closed.pipe(
+      Effect.timeout("2 seconds"),
+      Effect.interruptible,
+      Effect.catchAll(() => Effect.sync(() => this.die("the connection to the computer was closed", true))),
+      Effect.asVoid
+    )
+  })
+
   /**
-   * Ends the agent: closing its stdin makes it kill every process tree it started, and exit. One
-   * that does not within 3 seconds is killed, and its channel given up.
+   * Ends the computer's agent: every process tree it started ends and it exits. Bounded (5 s): the
+   * connection is given up after that.
    */
   readonly shutdown: Effect.Effect<void> = Effect.suspend(() => {
-    this.closing = true
-    this.child.stdin?.end()
-    return this.gone.await.pipe(
-      // Runs in finalizers (uninterruptible): without this the timeout could not stop the wait.
+    this.leaving = true
+    this.send(FrameType.Shutdown, 0)
+    return this.closed.pipe(
+      Effect.timeout("5 seconds"),
       Effect.interruptible,
-      Effect.timeout("3 seconds"),
-      Effect.catchAll(() =>
-        Effect.sync(() => {
-          this.child.kill("SIGKILL")
-          this.die("the computer was closed")
-        })
-      )
+      Effect.catchAll(() => Effect.sync(() => this.die("the computer was closed", true))),
+      Effect.asVoid
     )
   })
 }

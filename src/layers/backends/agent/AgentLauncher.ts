@@ -1,94 +1,161 @@
 /**
- * Starts a kt-agent as a child process of the server (the host backend: inside bubblewrap, or
- * directly in unsandboxed mode), its frames coming back over a FIFO that is unlinked as soon as both
- * ends are open (so no path leads to it) and never mounted in the sandbox.
+ * A computer's agent on this machine (the host backend: inside bubblewrap, or directly in
+ * unsandboxed mode): attached through its listening socket in the computer's directory (never a path
+ * inside the sandbox), and started when none listens there.
+ *
+ * Started *durable*, the agent is a process of its own session that outlives the server (a
+ * permanent computer: its processes survive the server's exit, crash or upgrade); started *bound*,
+ * it ends when the server that started it does (its stdin is that server's: a temporary computer).
+ * Only one agent runs per computer: a second launch exits with status 3 (the computer's lock, see
+ * kt-sandbox --agent-dir and kt-agent --listen), and the launcher then attaches to the first.
  */
 import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import { execFile, spawn as spawnChild } from "node:child_process"
-import { closeSync, constants as fsConstants, openSync, rmSync, unlinkSync } from "node:fs"
+import { type ChildProcess, spawn as spawnChild } from "node:child_process"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { fromFifo } from "./AgentChannel.js"
+import { fromSocket } from "./AgentChannel.js"
 import { AgentClient, type AgentOptions } from "./AgentClient.js"
 
-/** How to start the agent: bwrap plus its arguments, or the agent itself when unsandboxed. */
+/** How to start the agent: kt-sandbox with bwrap and the agent, or the agent itself when unsandboxed. */
 export interface AgentCommand {
   readonly file: string
   readonly args: ReadonlyArray<string>
   readonly cwd: string
-  /** The agent's own environment (children never inherit it). */
+  /** The launcher's own environment (guest processes never inherit it). */
   readonly env: Readonly<Record<string, string>>
-  /** Where to create the FIFO that carries the agent's frames (its stdout); it must not exist yet. */
-  readonly channel: string
 }
 
-/** Starts the agent process (see `make`). */
-export const launch = (backend: string, command: AgentCommand, options: AgentOptions): AgentClient => {
-  let readFd: number | undefined
-  let writeFd: number | undefined
-  try {
-    readFd = openSync(command.channel, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK)
-    writeFd = openSync(command.channel, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK)
-  } catch (error) {
-    if (readFd !== undefined) closeSync(readFd)
-    throw error
-  } finally {
-    unlinkSync(command.channel)
-  }
-  try {
-    const child = spawnChild(command.file, [...command.args], {
-      cwd: command.cwd,
-      env: { ...command.env },
-      stdio: ["pipe", writeFd, "pipe"]
-    })
-    return new AgentClient(backend, child, fromFifo(readFd), false, options)
-  } catch (error) {
-    closeSync(readFd)
-    throw error
-  } finally {
-    closeSync(writeFd)
-  }
+export interface AgentPlace {
+  /** The agent's listening socket. */
+  readonly socket: string
+  /** The computer's key (64 hex digits): the agent gets it at start, every attach proves it. */
+  readonly key: string
 }
 
-/** Creates the FIFO (Node cannot); one left behind by a crash is replaced. */
-const mkfifo = (backend: string, path: string) =>
-  Effect.async<void, ProviderError>((resume) => {
-    rmSync(path, { force: true })
-    const child = execFile("mkfifo", ["-m", "600", path], { env: { PATH: "/usr/bin:/bin" }, timeout: 10_000 }, (error, _stdout, stderr) =>
-      resume(
-        error
-          ? Effect.fail(providerError(backend, `create the agent's channel ${path}`, "Failed", stderr.trim() || error.message, error))
-          : Effect.void
-      ))
-    return Effect.sync(() => child.kill("SIGKILL"))
-  })
+/** How long an attach (connect, handshake) may take. */
+const ATTACH_TIMEOUT = "20 seconds"
+/** Exit status of a launch that found the computer's agent already running. */
+const ALREADY_RUNNING = 3
+
+const unavailable = (backend: string, detail: string, cause?: unknown) =>
+  providerError(backend, "reach the computer's agent", "Unavailable", detail, cause)
+
+/** Whether nothing listens at the socket (no agent, or one that died): then one must be started. */
+const nobodyListens = (error: ProviderError) => /ENOENT|ECONNREFUSED/.test(error.detail)
 
 /**
- * Starts an agent that lives as long as the Scope; fails with the agent's own words when it cannot
- * start. `options.onLost` is called when the agent dies (or breaks the protocol) other than through
- * the Scope's end.
+ * Attaches to the agent at `place.socket`, proving the key; detached (the agent and its processes
+ * left running) when the Scope closes.
  */
-export const make = (
+export const attach = (backend: string, place: AgentPlace, options: AgentOptions = {}): Effect.Effect<AgentClient, ProviderError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.suspend(() => {
+      const { channel, socket } = fromSocket(place.socket)
+      const connected = Effect.async<void, ProviderError>((resume) => {
+        socket.once("connect", () => resume(Effect.void))
+        socket.once("error", (error) => resume(Effect.fail(unavailable(backend, `${place.socket}: ${error.message}`, error))))
+      })
+      return connected.pipe(
+        Effect.map(() =>
+          new AgentClient(backend, { channel, write: (bytes) => void socket.write(bytes), close: () => socket.end() }, Buffer.from(place.key, "hex"), options)
+        ),
+        Effect.onInterrupt(() => Effect.sync(() => socket.destroy()))
+      )
+    }),
+    (client) => client.detach
+  ).pipe(
+    Effect.tap((client) => client.ready),
+    Effect.timeoutFail({
+      duration: ATTACH_TIMEOUT,
+      onTimeout: () => providerError(backend, "reach the computer's agent", "Timeout", `it did not answer within ${ATTACH_TIMEOUT}`)
+    })
+  )
+
+/**
+ * Ends the computer's agent if one runs (every process it holds ends with it): restart, reset,
+ * delete. Bounded; an agent that cannot be reached is left to the caller (its cgroups).
+ */
+export const stop = (backend: string, place: AgentPlace): Effect.Effect<void> =>
+  Effect.scoped(Effect.flatMap(attach(backend, place), (client) => client.shutdown)).pipe(
+    Effect.timeout("10 seconds"),
+    Effect.ignore
+  )
+
+/** A launch in progress: its exit (status and what it said on stderr), once it happened. */
+interface Launch {
+  readonly child: ChildProcess
+  readonly exited: Effect.Effect<{ readonly code: number | null; readonly said: string }>
+}
+
+const launch = (command: AgentCommand, key: string, bound: boolean): Launch => {
+  const child = spawnChild(command.file, [...command.args], {
+    cwd: command.cwd,
+    env: { ...command.env },
+    // Durable: a session of its own, so that the server's end (a terminal's hangup, its group's
+    // signals) does not reach it.
+    detached: !bound,
+    stdio: ["pipe", "ignore", "pipe"]
+  })
+  let said = ""
+  child.stderr?.on("data", (chunk: Buffer) => {
+    said = (said + chunk.toString("utf8")).slice(-4000)
+  })
+  child.stdin?.on("error", () => {})
+  child.stdin?.write(`${key}\n`)
+  // Bound: stdin stays open for the server's life, and its end ends the computer.
+  if (!bound) child.stdin?.end()
+  const exited = Effect.async<{ readonly code: number | null; readonly said: string }>((resume) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.succeed({ code: child.exitCode, said: said.trim() }))
+    const done = (code: number | null) => resume(Effect.succeed({ code, said: said.trim() }))
+    child.once("exit", done)
+    child.once("error", (error) => resume(Effect.succeed({ code: null, said: error.message })))
+  })
+  return { child, exited }
+}
+
+/**
+ * The computer's agent: attached when it runs, else started with `command` (durable unless
+ * `bound`) and attached. A bound agent started here ends with the Scope.
+ */
+export const open = (
   backend: string,
-  command: AgentCommand,
+  place: AgentPlace,
+  /** Made only when the agent must be started (cgroups, say): its resources live in the Scope. */
+  command: Effect.Effect<AgentCommand, ProviderError, Scope.Scope>,
+  bound: boolean,
   options: AgentOptions = {}
 ): Effect.Effect<AgentClient, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    yield* mkfifo(backend, command.channel)
-    const client = yield* Effect.acquireRelease(
-      Effect.try({
-        try: () => launch(backend, command, options),
-        catch: (error) => providerError(backend, "start the computer's agent", "Failed", String(error), error)
-      }),
-      (client) => client.shutdown
+    const first = yield* Effect.either(attach(backend, place, options))
+    if (first._tag === "Right") return first.right
+    if (!nobodyListens(first.left)) return yield* first.left
+    const started = launch(yield* command, place.key, bound)
+    if (bound) {
+      yield* Effect.addFinalizer(() => Effect.sync(() => started.child.stdin?.end()))
+    }
+    // The launcher binds the socket before the agent runs: attach as soon as it exists, unless the
+    // launch ends first (it failed, or found the computer's agent already running).
+    const attached = attach(backend, place, options).pipe(
+      Effect.retry({ while: nobodyListens, schedule: Schedule.spaced("20 millis"), times: 500 })
     )
-    // The FIFO may outlive the agent (held open elsewhere): its death is noticed all the same.
-    yield* Effect.forkScoped(client.drainAfterExit)
-    yield* client.ready.pipe(
-      Effect.timeoutFail({
-        duration: "20 seconds",
-        onTimeout: () => providerError(backend, "start the computer's agent", "Timeout", "it did not start within 20 seconds")
-      })
+    const outcome = yield* Effect.raceFirst(
+      Effect.map(attached, (client) => ({ _tag: "Attached" as const, client })),
+      Effect.map(started.exited, (exit) => ({ _tag: "Exited" as const, exit }))
     )
-    return client
+    if (outcome._tag === "Attached") {
+      if (!bound) {
+        // The agent lives on its own now: the server neither waits for nor reads its launcher.
+        started.child.stderr?.destroy()
+        started.child.unref()
+      }
+      return outcome.client
+    }
+    if (outcome.exit.code === ALREADY_RUNNING || outcome.exit.code === 0) return yield* attach(backend, place, options)
+    return yield* providerError(
+      backend,
+      "start the computer's agent",
+      "Failed",
+      outcome.exit.said || `its launcher exited with status ${outcome.exit.code}`
+    )
   })

@@ -1,19 +1,27 @@
 /**
- * Processes of a computer started through its kt-agent (AgentClient), as BackendProcesses: shared
- * by the backends that run an agent inside their computers (host sandbox, Docker containers). Pipes
- * and terminals alike: the agent owns the pseudo-terminal inside the computer and its output comes
- * over the same channel, in order, with Exit after the last byte the process wrote. Output reaches
- * the runtime through ProcessEvents, whose back-pressure pauses the agent's channel.
+ * Processes of a computer held by its kt-agent (AgentClient), as BackendProcesses: shared by the
+ * backends that run an agent inside their computers (host sandbox, Docker containers). Pipes and
+ * terminals alike: the agent owns the pseudo-terminal inside the computer and its output comes over
+ * the same connection, in order, with Exit after the last byte the process wrote. Output reaches the
+ * runtime through ProcessEvents, whose back-pressure pauses the connection (the agent keeps the
+ * output in its store meanwhile; the process never waits).
+ *
+ * A process started here, or attached to by its handle (one another server started), is followed
+ * for the life of its Scope; the Scope's end lets go of it and leaves it running. The connection's
+ * end ends its events without an Exit: the process may run on in the computer.
  */
 import * as Effect from "effect/Effect"
-import { type ProviderError, providerError, Unsupported } from "../../../domain/Errors.js"
-import type { BackendProcess, ExitInfo, SpawnSpec } from "../../../services/Backend.js"
-import { ProcessEvents } from "../ProcessEvents.js"
-import type { AgentClient } from "./AgentClient.js"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import { type ProviderError, providerError, type SpawnFailed, Unsupported } from "../../../domain/Errors.js"
 import { directArgv } from "../../../domain/SimpleCommand.js"
-import { validSize } from "./AgentProtocol.js"
+import type { BackendProcess, ExitInfo, HeldProcess, HeldProcesses, SpawnSpec } from "../../../services/Backend.js"
+import { signalName } from "../../../domain/Signals.js"
+import { ProcessEvents } from "../ProcessEvents.js"
+import type { AgentClient, WatchHandlers } from "./AgentClient.js"
+import { type ProcessRecord, validSize } from "./AgentProtocol.js"
 
-/** Fails while the computer's agent is gone (the computer was lost or closed). */
+/** Fails while the connection to the computer's agent is gone. */
 const agentAlive = (backend: string, client: AgentClient, operation: string): Effect.Effect<void, ProviderError> =>
   Effect.suspend(() => {
     const failure = client.failure
@@ -31,59 +39,128 @@ const invalidSize = (backend: string, operation: string, cols: number, rows: num
  */
 const exitWithTeardown = (exit: ExitInfo, ended: number): ExitInfo => ended > 0 ? { ...exit, descendantsKilled: ended } : exit
 
+/** What the kernel keeps with a process in the computer: its command as ps shows it, and its cwd. */
+const Meta = Schema.parseJson(Schema.Struct({ command: Schema.String, cwd: Schema.String }))
+const encodeMeta = Schema.encodeSync(Meta)
+const decodeMeta = Schema.decodeUnknownOption(Meta)
+
+/** A record as the kernel reads it. */
+export const heldProcess = (record: ProcessRecord): HeldProcess => {
+  const meta = decodeMeta(record.meta)
+  return {
+    handle: record.handle,
+    pid: record.pid,
+    command: meta._tag === "Some" ? meta.value.command : "",
+    cwd: meta._tag === "Some" ? meta.value.cwd : "",
+    tty: record.tty,
+    exit: record.exit === undefined ? undefined : exitWithTeardown(
+      record.exit.kind === "code"
+        ? { exitCode: record.exit.value, signal: null }
+        : { exitCode: null, signal: signalName(record.exit.value) ?? `SIG${record.exit.value}` },
+      record.ended
+    ),
+    closed: record.state === "closed",
+    note: record.note,
+    startedAt: record.startMs,
+    endedAt: record.endMs === 0 ? undefined : record.endMs,
+    totals: record.totals,
+    size: record.size
+  }
+}
+
+/** The events of one followed process, and the handlers the connection feeds them through. */
+const follow = () => {
+  const events = new ProcessEvents()
+  const handlers: WatchHandlers = {
+    onOutput: (stream, _offset, data) => (stream === "stdout" ? events.data(data) : events.stderr(data)),
+    onExit: (exit, ended) => events.exit(exitWithTeardown(exit, ended)),
+    // Processes a teardown ends after the exit (leftovers of a killed tree) are not counted.
+    onClosed: () => events.end()
+  }
+  return { events, handlers }
+}
+
+/** A followed process as a BackendProcess. */
+const asProcess = (backend: string, client: AgentClient, handle: number, pid: number, tty: boolean, events: ProcessEvents): BackendProcess => {
+  const alive = (operation: string) => agentAlive(backend, client, operation)
+  const write = (data: Uint8Array) => alive("write to a process").pipe(Effect.andThen(() => client.write(handle, data)))
+  events.hold = (hold) => client.holdOutput(handle, hold)
+  return {
+    pid,
+    handle,
+    events: events.events,
+    pull: events.pull,
+    write,
+    // On a terminal, EOF is what Ctrl-D types.
+    closeStdin: tty
+      ? write(new Uint8Array([4]))
+      : alive("close a process's stdin").pipe(Effect.andThen(() => client.closeStdin(handle))),
+    signal: (signal) =>
+      Effect.gen(function*() {
+        yield* alive("signal a process")
+        if (!client.signal(handle, signal)) {
+          return yield* providerError(backend, "signal a process", "Invalid", `unknown signal '${signal}'`)
+        }
+      }),
+    resize: (cols, rows) =>
+      !tty
+        ? Effect.fail(new Unsupported({ backend, feature: "resize of a process without a TTY" }))
+        : !validSize(cols, rows)
+        ? Effect.fail(invalidSize(backend, "resize a terminal", cols, rows))
+        : alive("resize a terminal").pipe(Effect.andThen(() => client.resize(handle, cols, rows)))
+  }
+}
+
 /**
- * Starts a process through the agent, with pipes or (spec.tty) on a terminal inside the computer.
- * Closing the Scope while it is still open tears its whole tree down.
+ * Starts a process through the agent, with pipes or (spec.tty) on a terminal inside the computer,
+ * followed for the Scope (its end lets go of the process and leaves it running).
  */
-export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec) =>
+export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const tty = spec.tty
     if (tty !== undefined && !validSize(tty.cols, tty.rows)) return yield* invalidSize(backend, "start a process", tty.cols, tty.rows)
-    const events = new ProcessEvents()
-    // Output may arrive before the spawn effect resumes with the process's id.
-    const held: { id: number | undefined; early: boolean } = { id: undefined, early: false }
-    events.hold = (hold) => (held.id === undefined ? (held.early = hold) : client.holdOutput(held.id, hold))
+    const { events, handlers } = follow()
     const env = tty !== undefined && spec.env["TERM"] === undefined ? { ...spec.env, TERM: DEFAULT_TERM } : spec.env
-    const { id, pid } = yield* Effect.acquireRelease(
-      client.spawn({ argv: spec.argv, cwd: spec.cwd, env, direct: tty === undefined ? directArgv(spec.argv, env) : undefined }, {
-        onStdout: events.data,
-        onStderr: events.stderr,
-        onExit: (exit, ended) => events.exit(exitWithTeardown(exit, ended)),
-        // Processes a teardown ends after the exit (a released process's leftovers) are not counted.
-        onClosed: () => events.end()
-      }, tty),
-      ({ id }) =>
-        Effect.sync(() => {
-          client.release(id)
-          events.end()
-        })
+    const meta = encodeMeta({ command: spec.label ?? spec.argv.join(" "), cwd: spec.cwd })
+    const { handle, pid } = yield* Effect.acquireRelease(
+      client.spawn({ argv: spec.argv, cwd: spec.cwd, env, meta, direct: tty === undefined ? directArgv(spec.argv, env) : undefined }, handlers, tty),
+      ({ handle }) => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.end()))
     )
-    held.id = id
-    if (held.early) client.holdOutput(id, true)
-    const alive = (operation: string) => agentAlive(backend, client, operation)
-    const write = (data: Uint8Array) => alive("write to a process").pipe(Effect.andThen(() => client.write(id, data)))
-    const process: BackendProcess = {
-      pid,
-      events: events.events,
-      pull: events.pull,
-      write,
-      // On a terminal, EOF is what Ctrl-D types.
-      closeStdin: tty !== undefined
-        ? write(new Uint8Array([4]))
-        : alive("close a process's stdin").pipe(Effect.andThen(() => client.closeStdin(id))),
-      signal: (signal) =>
-        Effect.gen(function*() {
-          yield* alive("signal a process")
-          if (!client.signal(id, signal)) {
-            return yield* providerError(backend, "signal a process", "Invalid", `unknown signal '${signal}'`)
-          }
-        }),
-      resize: (cols, rows) =>
-        tty === undefined
-          ? Effect.fail(new Unsupported({ backend, feature: "resize of a process without a TTY" }))
-          : !validSize(cols, rows)
-          ? Effect.fail(invalidSize(backend, "resize a terminal", cols, rows))
-          : alive("resize a terminal").pipe(Effect.andThen(() => client.resize(id, cols, rows)))
-    }
-    return process
+    return asProcess(backend, client, handle, pid, tty !== undefined, events)
   })
+
+/** Follows a process the computer holds from the given offsets, for the Scope. */
+export const attach = (
+  backend: string,
+  client: AgentClient,
+  handle: number,
+  from: { readonly stdout: number; readonly stderr: number }
+): Effect.Effect<{ readonly process: BackendProcess; readonly held: HeldProcess }, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { events, handlers } = follow()
+    const record = yield* Effect.acquireRelease(
+      client.watch(handle, from, handlers),
+      () => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.end()))
+    )
+    return { process: asProcess(backend, client, handle, record.pid, record.tty, events), held: heldProcess(record) }
+  })
+
+/** The computer's process table as the kernel reaches it through this connection. */
+export const held = (backend: string, client: AgentClient): HeldProcesses => ({
+  boot: client.boot ?? "",
+  retention: { headBytes: client.welcome?.headBytes ?? 0, tailBytes: client.welcome?.tailBytes ?? 0 },
+  list: Effect.map(client.list, (records) => records.map(heldProcess)),
+  attach: (handle, from) => attach(backend, client, handle, from),
+  read: (handle, stream, from, most) => client.read(handle, stream, from, most),
+  note: (handle, text) => Effect.sync(() => client.note(handle, text))
+})
+
+/** The computer's lifecycle lease for a step, held for the Scope (one server at a time). */
+export const lease = (backend: string, client: AgentClient, id: string, step: string): Effect.Effect<void, ProviderError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.flatMap(client.step(true, step), ({ granted, holder }) =>
+      granted
+        ? Effect.void
+        : Effect.fail(providerError(backend, `${step} computer '${id}'`, "Conflict", `another kilntainers server is in its ${holder || "lifecycle step"}; try again when it is done`))),
+    () => Effect.ignore(client.step(false, step))
+  )

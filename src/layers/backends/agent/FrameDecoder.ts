@@ -1,60 +1,71 @@
 /**
- * The server's decoder of the agent's frames. The agent runs inside the computer, so its channel is
- * untrusted input: every frame is checked before anything acts on it, and the first violation stops
- * the decoder for good (its owner ends that computer with the reason). Checked:
+ * The server's decoder of one connection's frames from a kt-agent. The agent runs inside the
+ * computer, so what it says is untrusted input: every frame is checked before anything acts on it,
+ * and the first violation stops the decoder for good (its owner drops the connection with the reason).
+ * Checked:
  *   - the header: a known agent -> server type, a payload length within that type's bound (before
- *     anything is allocated or buffered), READY first and once;
- *   - the payload: exact sizes and value ranges (exit kind, code, signal, relay reason);
- *   - the protocol state of each id, against what the server asked for: STARTED or SPAWN_FAILED only
- *     for a requested spawn, output only for a started process, one EXIT, CLOSED only after EXIT,
- *     RELEASED only for a release; frames for a process being released are dropped until RELEASED;
+ *     anything is allocated or buffered), HELLO first, then WELCOME, each once;
+ *   - the payload: exact sizes and value ranges (exit kind, code, signal, records, offsets);
+ *   - answers against what the server asked (AnswerBook.ts): a tag's answer of the right kind, once
+ *     (a listing's records until its end); output, EXIT and CLOSED only for a process this connection
+ *     watches, offsets that never go back, one EXIT, CLOSED only after it, UNWATCHED only for an
+ *     UNWATCH sent (frames for a process being unwatched are dropped until then);
  *   - relay streams: new ids only (increasing), at most RELAY_MAX_STREAMS open, DATA within the
  *     window the server granted, CREDIT only for data the server sent.
- * Memory is bounded: at most a header and one control payload (<= MAX_TEXT bytes) are buffered;
- * output and relay data are handed over as views of the input chunk, never copied, never gathered.
+ * Memory is bounded: at most a header and one control payload (<= MAX_RECORD bytes) are buffered;
+ * output, read results and relay data are handed over as views of the input chunk, never gathered.
  * The decoder does no I/O and never throws for any input.
  */
-import type { ExitInfo } from "../../../services/Backend.js"
 import { signalName } from "../../../domain/Signals.js"
+import type { ExitInfo } from "../../../services/Backend.js"
 import {
+  decodeRecord,
   FrameType,
   HEADER_SIZE,
+  HELLO_SIZE,
   MAX_OUTPUT,
+  MAX_READ,
+  MAX_RECORD,
+  MAX_STEP_NAME,
   MAX_TEXT,
+  type ProcessRecord,
   PROTOCOL_VERSION,
+  RECORD_FIXED,
   RELAY_CHUNK,
-  RELAY_MAX_STREAMS,
-  RELAY_WINDOW
+  WELCOME_SIZE
 } from "./AgentProtocol.js"
+import { AnswerBook } from "./AnswerBook.js"
+import { RelayBook } from "./RelayBook.js"
 
-/** What the decoder reports. Output `data` is only valid during the call (it views the input chunk). */
+/** What the decoder reports. Streamed `data` is only valid during the call (it views the input chunk). */
 export interface DecoderHandler {
-  readonly ready: (version: number, relayPort: number) => void
-  readonly started: (id: number, pid: number) => void
-  readonly spawnFailed: (id: number, reason: string) => void
-  readonly output: (id: number, stream: "stdout" | "stderr", data: Uint8Array) => void
-  /** `ended`: processes a teardown of this process's tree ended so far. */
-  readonly exit: (id: number, exit: ExitInfo, ended: number) => void
-  readonly closed: (id: number, ended: number) => void
-  readonly released: (id: number) => void
+  readonly hello: (boot: Buffer, nonce: Buffer) => void
+  readonly welcome: (payload: Buffer) => void
+  readonly started: (tag: number, handle: number, pid: number, startMs: number) => void
+  readonly spawnFailed: (tag: number, reason: string) => void
+  /** `offset`: where `data` starts in its stream (past a gap, the bytes before it fell out). */
+  readonly output: (handle: number, stream: "stdout" | "stderr", offset: number, data: Uint8Array) => void
+  /** `ended`: processes a teardown of its tree ended; `totals`: what it had written when it exited. */
+  readonly exit: (handle: number, exit: ExitInfo, ended: number, totals: { readonly stdout: number; readonly stderr: number }, endMs: number) => void
+  readonly closed: (handle: number, ended: number) => void
+  readonly unwatched: (handle: number) => void
+  readonly watching: (tag: number, record: ProcessRecord) => void
+  /** A READ's answer: its start and the stream's total, then its bytes in pieces, then its end. */
+  readonly readStart: (tag: number, start: number, total: number) => void
+  readonly readData: (tag: number, data: Uint8Array) => void
+  readonly readEnd: (tag: number) => void
+  readonly record: (tag: number, record: ProcessRecord) => void
+  readonly listEnd: (tag: number) => void
+  readonly failed: (tag: number, reason: string) => void
+  readonly stepResult: (tag: number, granted: boolean, holder: string) => void
   readonly log: (text: string) => void
   readonly relayOpen: (id: number) => void
   readonly relayData: (id: number, data: Uint8Array) => void
   readonly relayEof: (id: number) => void
   readonly relayCredit: (id: number, bytes: number) => void
   readonly relayClosed: (id: number, reset: boolean) => void
-  /** Once, then nothing more: the channel broke the protocol. */
+  /** Once, then nothing more: the connection broke the protocol. */
   readonly violation: (reason: string) => void
-}
-
-type ProcessState = "spawning" | "running" | "exited" | "releasing"
-interface StreamState {
-  resetting: boolean
-  agentEof: boolean
-  /** Bytes of the agent's DATA the server has not credited yet. */
-  agentUnacked: number
-  /** Bytes of the server's DATA the agent has not credited yet. */
-  serverUnacked: number
 }
 
 const NAMES: Readonly<Record<number, string>> = Object.fromEntries(
@@ -63,15 +74,22 @@ const NAMES: Readonly<Record<number, string>> = Object.fromEntries(
 
 /** [min, max] payload bytes of each agent -> server type; absent: unknown type. */
 const BOUNDS: Readonly<Record<number, readonly [number, number]>> = {
-  [FrameType.Ready]: [8, 8],
-  [FrameType.Started]: [4, 4],
+  [FrameType.Hello]: [HELLO_SIZE, HELLO_SIZE],
+  [FrameType.Welcome]: [WELCOME_SIZE, WELCOME_SIZE],
+  [FrameType.Started]: [16, 16],
   [FrameType.SpawnFailed]: [0, MAX_TEXT],
-  [FrameType.Stdout]: [1, MAX_OUTPUT],
-  [FrameType.Stderr]: [1, MAX_OUTPUT],
-  [FrameType.Exit]: [9, 9],
+  [FrameType.Stdout]: [9, MAX_OUTPUT],
+  [FrameType.Stderr]: [9, MAX_OUTPUT],
+  [FrameType.Exit]: [33, 33],
   [FrameType.Closed]: [4, 4],
   [FrameType.Log]: [0, MAX_TEXT],
-  [FrameType.Released]: [0, 0],
+  [FrameType.Unwatched]: [0, 0],
+  [FrameType.Watching]: [RECORD_FIXED, MAX_RECORD],
+  [FrameType.ReadResult]: [16, 16 + MAX_READ],
+  [FrameType.Proc]: [RECORD_FIXED, MAX_RECORD],
+  [FrameType.ListEnd]: [0, 0],
+  [FrameType.Failed]: [0, MAX_TEXT],
+  [FrameType.StepResult]: [1, 1 + MAX_STEP_NAME],
   [FrameType.RelayOpen]: [0, 0],
   [FrameType.RelayData]: [1, RELAY_CHUNK],
   [FrameType.RelayEof]: [0, 0],
@@ -79,10 +97,16 @@ const BOUNDS: Readonly<Record<number, readonly [number, number]>> = {
   [FrameType.RelayClosed]: [1, 1]
 }
 
-/** The kernel's PID_MAX_LIMIT. */
-const PID_MAX = 4_194_304
+/** Streamed types and the prefix of theirs that is gathered before the rest is handed over. */
+const PREFIX: Readonly<Record<number, number>> = {
+  [FrameType.Stdout]: 8,
+  [FrameType.Stderr]: 8,
+  [FrameType.ReadResult]: 16,
+  [FrameType.RelayData]: 0
+}
 
-const isStreamed = (type: number) => type === FrameType.Stdout || type === FrameType.Stderr || type === FrameType.RelayData
+/** The largest offset the server can count exactly. */
+const MAX_OFFSET = Number.MAX_SAFE_INTEGER
 
 export class FrameDecoder {
   private readonly header = Buffer.alloc(HEADER_SIZE)
@@ -91,15 +115,17 @@ export class FrameDecoder {
   private id = 0
   private remaining = 0
   private inPayload = false
-  private readonly control = Buffer.alloc(MAX_TEXT)
+  private readonly control = Buffer.alloc(MAX_RECORD)
   private controlLength = 0
   private controlFill = 0
-  private wasReady = false
-  private relayEnabled = false
-  private lastStream = 0
+  /** The next byte's offset in the stream of the output frame being streamed. */
+  private streamAt = 0
+  private stage: "hello" | "welcome" | "ready" = "hello"
   private failed = false
-  private readonly processes = new Map<number, ProcessState>()
-  private readonly streams = new Map<number, StreamState>()
+  /** What the server asked and what it watches: the agent's answers are checked against it. */
+  readonly answers = new AnswerBook()
+  /** Relay streams: ids, windows and credits. */
+  readonly relay = new RelayBook()
 
   constructor(private readonly handler: DecoderHandler) {}
 
@@ -107,44 +133,6 @@ export class FrameDecoder {
   get broken(): boolean {
     return this.failed
   }
-
-  // ---- what the server did (the decoder checks the agent's answers against it) ----
-
-  /** A SPAWN or SPAWN_TTY with this id was sent. */
-  expectSpawn(id: number): void {
-    if (!this.processes.has(id)) this.processes.set(id, "spawning")
-  }
-
-  /** A RELEASE was sent: the process's frames are dropped until RELEASED. */
-  releasing(id: number): void {
-    if (this.processes.has(id)) this.processes.set(id, "releasing")
-  }
-
-  /** Whether RELEASE makes sense for this id (it is known and not released yet). */
-  isLive(id: number): boolean {
-    const state = this.processes.get(id)
-    return state !== undefined && state !== "releasing"
-  }
-
-  /** The server sent `bytes` of relay DATA on the stream. */
-  relaySent(id: number, bytes: number): void {
-    const stream = this.streams.get(id)
-    if (stream) stream.serverUnacked += bytes
-  }
-
-  /** The server credited `bytes` of the agent's DATA on the stream. */
-  relayConsumed(id: number, bytes: number): void {
-    const stream = this.streams.get(id)
-    if (stream) stream.agentUnacked = Math.max(0, stream.agentUnacked - bytes)
-  }
-
-  /** The server sent RELAY_RESET: the stream's frames are dropped until RELAY_CLOSED. */
-  relayReset(id: number): void {
-    const stream = this.streams.get(id)
-    if (stream) stream.resetting = true
-  }
-
-  // ---- decoding ----
 
   push(chunk: Uint8Array): void {
     if (this.failed) return
@@ -161,24 +149,30 @@ export class FrameDecoder {
         this.headerFill = 0
         if (!this.beginFrame(this.header.readUInt32LE(0), this.header.readUInt8(4), this.header.readUInt32LE(5))) return
         if (this.remaining === 0) {
-          this.endControl()
+          this.endFrame()
           continue
         }
         this.inPayload = true
         continue
       }
-      const n = Math.min(this.remaining, end - offset)
-      if (isStreamed(this.type)) {
+      const prefix = PREFIX[this.type]
+      if (prefix !== undefined && this.controlFill >= prefix) {
+        const n = Math.min(this.remaining, end - offset)
         this.streamPiece(buffer.subarray(offset, offset + n))
+        offset += n
+        this.remaining -= n
       } else {
+        const want = prefix ?? this.controlLength
+        const n = Math.min(want - this.controlFill, end - offset)
         buffer.copy(this.control, this.controlFill, offset, offset + n)
         this.controlFill += n
+        offset += n
+        this.remaining -= n
+        if (prefix !== undefined && this.controlFill === prefix && !this.beginStream()) return
       }
-      offset += n
-      this.remaining -= n
-      if (this.remaining === 0) {
+      if (this.remaining === 0 && !this.failed) {
         this.inPayload = false
-        if (!isStreamed(this.type)) this.endControl()
+        this.endFrame()
       }
     }
   }
@@ -199,149 +193,179 @@ export class FrameDecoder {
     if (length < bounds[0] || length > bounds[1]) {
       return this.fail(`${name} frame of ${length} bytes for id ${id} (allowed: ${bounds[0]}..${bounds[1]})`)
     }
-    if (!this.wasReady && type !== FrameType.Ready) return this.fail(`${name} before READY`)
-    if ((type === FrameType.Ready || type === FrameType.Log) && id !== 0) return this.fail(`${name} with id ${id} (must be 0)`)
+    if (this.stage === "hello" && type !== FrameType.Hello) return this.fail(`${name} before HELLO`)
+    if (this.stage === "welcome" && type !== FrameType.Welcome) return this.fail(`${name} before WELCOME`)
+    if (this.stage === "ready" && (type === FrameType.Hello || type === FrameType.Welcome)) return this.fail(`a second ${name}`)
+    if ((type === FrameType.Hello || type === FrameType.Welcome || type === FrameType.Log) && id !== 0) {
+      return this.fail(`${name} with id ${id} (must be 0)`)
+    }
     this.type = type
     this.id = id
     this.remaining = length
-    this.controlLength = isStreamed(type) ? 0 : length
+    this.controlLength = PREFIX[type] === undefined ? length : 0
     this.controlFill = 0
-    switch (type) {
-      case FrameType.Stdout:
-      case FrameType.Stderr: {
-        const state = this.processes.get(id)
-        if (state === "running" || state === "exited" || state === "releasing") return true
-        return this.fail(`${name} for process ${id}, which ${state === undefined ? "was never started" : "has not started"}`)
-      }
-      case FrameType.RelayData: {
-        const stream = this.streams.get(id)
-        if (stream === undefined) return this.fail(`RELAY_DATA for stream ${id}, which is not open`)
-        if (stream.resetting) return true
-        if (stream.agentEof) return this.fail(`RELAY_DATA for stream ${id} after its EOF`)
-        if (stream.agentUnacked + length > RELAY_WINDOW) {
-          return this.fail(`RELAY_DATA beyond the window of stream ${id} (${stream.agentUnacked} + ${length} > ${RELAY_WINDOW})`)
-        }
-        stream.agentUnacked += length
-        return true
-      }
-      default:
-        return true
+    if (type === FrameType.RelayData) {
+      const problem = this.relay.data(id, length)
+      if (problem !== undefined) return this.fail(problem)
     }
+    return true
+  }
+
+  /** The prefix of a streamed frame is in: check it before any of the rest is handed over. */
+  private beginStream(): boolean {
+    const prefix = this.control
+    if (this.type === FrameType.ReadResult) {
+      const start = prefix.readBigUInt64LE(0)
+      const total = prefix.readBigUInt64LE(8)
+      const length = this.remaining
+      if (total > MAX_OFFSET || start > total || start + BigInt(length) > total) {
+        return this.fail(`READ_RESULT for tag ${this.id} with start ${start}, ${length} bytes and total ${total}`)
+      }
+      const problem = this.answers.readResult(this.id, Number(start), Number(total), length)
+      if (problem !== undefined) return this.fail(problem)
+      this.handler.readStart(this.id, Number(start), Number(total))
+      return true
+    }
+    const offset = prefix.readBigUInt64LE(0)
+    const stream = this.type === FrameType.Stdout ? "stdout" : "stderr"
+    if (offset + BigInt(this.remaining) > MAX_OFFSET) return this.fail(`${NAMES[this.type]} for p${this.id} at offset ${offset}`)
+    const problem = this.answers.output(this.id, stream, Number(offset), this.remaining)
+    if (problem !== undefined) return this.fail(problem)
+    this.streamAt = Number(offset)
+    return true
   }
 
   private streamPiece(data: Buffer): void {
-    const state = this.type === FrameType.RelayData ? this.streams.get(this.id) : this.processes.get(this.id)
-    if (state === undefined) return
-    if (this.type === FrameType.RelayData) {
-      if (!(state as StreamState).resetting) this.handler.relayData(this.id, data)
-    } else if (state === "running" || state === "exited") {
-      this.handler.output(this.id, this.type === FrameType.Stdout ? "stdout" : "stderr", data)
+    switch (this.type) {
+      case FrameType.RelayData:
+        if (this.relay.delivers(this.id)) this.handler.relayData(this.id, data)
+        return
+      case FrameType.ReadResult:
+        this.handler.readData(this.id, data)
+        return
+      default: {
+        const stream = this.type === FrameType.Stdout ? "stdout" : "stderr"
+        if (this.answers.delivers(this.id)) this.handler.output(this.id, stream, this.streamAt, data)
+        this.streamAt += data.length
+      }
     }
   }
 
-  private endControl(): void {
+  private endFrame(): void {
     const payload = this.control.subarray(0, this.controlLength)
+    const id = this.id
+    const problem = (reason: string | undefined) => reason === undefined || void this.fail(reason)
     switch (this.type) {
-      case FrameType.Ready: {
+      case FrameType.Hello: {
         const version = payload.readUInt32LE(0)
-        const relayPort = payload.readUInt32LE(4)
-        if (this.wasReady) return void this.fail("a second READY")
         if (version !== PROTOCOL_VERSION) return void this.fail(`the agent speaks protocol ${version}, not ${PROTOCOL_VERSION}`)
-        if (relayPort > 65535) return void this.fail(`READY with relay port ${relayPort}`)
-        this.wasReady = true
-        this.relayEnabled = relayPort !== 0
-        return this.handler.ready(version, relayPort)
+        this.stage = "welcome"
+        return this.handler.hello(Buffer.from(payload.subarray(4, 20)), Buffer.from(payload.subarray(20, 52)))
       }
+      case FrameType.Welcome:
+        this.stage = "ready"
+        return this.handler.welcome(Buffer.from(payload))
       case FrameType.Log:
         return this.handler.log(payload.toString("utf8"))
-      case FrameType.Started:
+      case FrameType.Stdout:
+      case FrameType.Stderr:
+      case FrameType.RelayData:
+        return
+      case FrameType.ReadResult:
+        return this.handler.readEnd(id)
+      case FrameType.Started: {
+        const handle = payload.readUInt32LE(0)
+        const pid = payload.readUInt32LE(4)
+        if (handle === 0 || pid === 0 || pid > 4_194_304) return void this.fail(`STARTED for tag ${id} with handle ${handle} and pid ${pid}`)
+        if (problem(this.answers.started(id, handle))) this.handler.started(id, handle, pid, Number(payload.readBigUInt64LE(8)))
+        return
+      }
       case FrameType.SpawnFailed:
+        if (problem(this.answers.answered(id, "spawn", "SPAWN_FAILED"))) this.handler.spawnFailed(id, payload.toString("utf8"))
+        return
       case FrameType.Exit:
-      case FrameType.Closed:
-      case FrameType.Released:
-        return this.processFrame(payload)
+        return this.exitFrame(payload)
+      case FrameType.Closed: {
+        const deliver = this.answers.delivers(id)
+        if (problem(this.answers.closed(id)) && deliver) this.handler.closed(id, payload.readUInt32LE(0))
+        return
+      }
+      case FrameType.Unwatched:
+        if (problem(this.answers.unwatched(id))) this.handler.unwatched(id)
+        return
+      case FrameType.Watching:
+      case FrameType.Proc: {
+        const record = decodeRecord(Buffer.from(payload))
+        if (typeof record === "string") return void this.fail(`${NAMES[this.type]} for tag ${id}: ${record}`)
+        if (this.type === FrameType.Proc) {
+          if (problem(this.answers.listed(id))) this.handler.record(id, record)
+        } else if (problem(this.answers.watching(id, record.handle))) {
+          this.handler.watching(id, record)
+        }
+        return
+      }
+      case FrameType.ListEnd:
+        if (problem(this.answers.answered(id, "list", "LIST_END"))) this.handler.listEnd(id)
+        return
+      case FrameType.Failed:
+        if (problem(this.answers.failed(id))) this.handler.failed(id, payload.toString("utf8"))
+        return
+      case FrameType.StepResult: {
+        const granted = payload[0]!
+        if (granted > 1) return void this.fail(`STEP_RESULT for tag ${id} with ${granted}`)
+        if (problem(this.answers.answered(id, "step", "STEP_RESULT"))) this.handler.stepResult(id, granted === 1, payload.toString("utf8", 1))
+        return
+      }
       default:
         return this.relayFrame(payload)
     }
   }
 
-  private processFrame(payload: Buffer): void {
-    const id = this.id
-    const type = this.type
-    const state = this.processes.get(id)
-    const name = NAMES[type]!
-    if (state === undefined) return void this.fail(`${name} for process ${id}, which the server never started`)
-    if (state === "releasing") {
-      if (type === FrameType.Released) {
-        this.processes.delete(id)
-        this.handler.released(id)
-      }
-      return
-    }
-    switch (type) {
-      case FrameType.Started: {
-        if (state !== "spawning") return void this.fail(`a second STARTED for process ${id}`)
-        const pid = payload.readUInt32LE(0)
-        if (pid === 0 || pid > PID_MAX) return void this.fail(`STARTED with pid ${pid} for process ${id}`)
-        this.processes.set(id, "running")
-        return this.handler.started(id, pid)
-      }
-      case FrameType.SpawnFailed:
-        if (state !== "spawning") return void this.fail(`SPAWN_FAILED for process ${id}, which had started`)
-        this.processes.delete(id)
-        return this.handler.spawnFailed(id, payload.toString("utf8"))
-      case FrameType.Exit: {
-        if (state !== "running") {
-          return void this.fail(state === "exited" ? `a second EXIT for process ${id}` : `EXIT for process ${id} before STARTED`)
-        }
-        const kind = payload[0]!
-        const value = payload.readUInt32LE(1)
-        let exit: ExitInfo
-        if (kind === 0 && value <= 255) exit = { exitCode: value, signal: null }
-        else if (kind === 1 && value >= 1 && value <= 64) exit = { exitCode: null, signal: signalName(value) ?? `SIG${value}` }
-        else return void this.fail(`EXIT for process ${id} with kind ${kind} and value ${value}`)
-        this.processes.set(id, "exited")
-        return this.handler.exit(id, exit, payload.readUInt32LE(5))
-      }
-      case FrameType.Closed:
-        if (state !== "exited") return void this.fail(`CLOSED for process ${id} before its EXIT`)
-        this.processes.delete(id)
-        return this.handler.closed(id, payload.readUInt32LE(0))
-      default:
-        return void this.fail(`RELEASED for process ${id}, which was not released`)
-    }
+  private exitFrame(payload: Buffer): void {
+    const handle = this.id
+    const kind = payload[0]!
+    const value = payload.readUInt32LE(1)
+    let exit: ExitInfo
+    if (kind === 0 && value <= 255) exit = { exitCode: value, signal: null }
+    else if (kind === 1 && value >= 1 && value <= 64) exit = { exitCode: null, signal: signalName(value) ?? `SIG${value}` }
+    else return void this.fail(`EXIT for p${handle} with kind ${kind} and value ${value}`)
+    const stdout = payload.readBigUInt64LE(9)
+    const stderr = payload.readBigUInt64LE(17)
+    if (stdout > MAX_OFFSET || stderr > MAX_OFFSET) return void this.fail(`EXIT for p${handle} with totals ${stdout} and ${stderr}`)
+    const deliver = this.answers.delivers(handle)
+    const problem = this.answers.exit(handle, Number(stdout), Number(stderr))
+    if (problem !== undefined) return void this.fail(problem)
+    if (!deliver) return
+    this.handler.exit(handle, exit, payload.readUInt32LE(5), { stdout: Number(stdout), stderr: Number(stderr) }, Number(payload.readBigUInt64LE(25)))
   }
 
   private relayFrame(payload: Buffer): void {
     const id = this.id
-    const stream = this.streams.get(id)
-    const name = NAMES[this.type]!
-    if (this.type === FrameType.RelayOpen) {
-      if (!this.relayEnabled) return void this.fail("RELAY_OPEN without a relay")
-      if (id <= this.lastStream) return void this.fail(`RELAY_OPEN for stream ${id}, not a new id`)
-      if (this.streams.size >= RELAY_MAX_STREAMS) return void this.fail(`more than ${RELAY_MAX_STREAMS} relay streams`)
-      this.lastStream = id
-      this.streams.set(id, { resetting: false, agentEof: false, agentUnacked: 0, serverUnacked: 0 })
-      return this.handler.relayOpen(id)
+    switch (this.type) {
+      case FrameType.RelayOpen: {
+        const problem = this.relay.open(id)
+        if (problem !== undefined) return void this.fail(problem)
+        return this.handler.relayOpen(id)
+      }
+      case FrameType.RelayClosed: {
+        const reason = payload[0]!
+        if (reason > 1) return void this.fail(`RELAY_CLOSED for stream ${id} with reason ${reason}`)
+        const problem = this.relay.closed(id)
+        if (problem !== undefined) return void this.fail(problem)
+        return this.handler.relayClosed(id, reason === 1)
+      }
+      case FrameType.RelayEof: {
+        const problem = this.relay.eof(id)
+        if (problem !== undefined) return void this.fail(problem)
+        if (this.relay.delivers(id)) this.handler.relayEof(id)
+        return
+      }
+      default: {
+        const bytes = payload.readUInt32LE(0)
+        const problem = this.relay.credit(id, bytes)
+        if (problem !== undefined) return void this.fail(problem)
+        if (this.relay.delivers(id)) this.handler.relayCredit(id, bytes)
+      }
     }
-    if (stream === undefined) return void this.fail(`${name} for stream ${id}, which is not open`)
-    if (this.type === FrameType.RelayClosed) {
-      const reason = payload[0]!
-      if (reason > 1) return void this.fail(`RELAY_CLOSED for stream ${id} with reason ${reason}`)
-      this.streams.delete(id)
-      return this.handler.relayClosed(id, reason === 1)
-    }
-    if (stream.resetting) return
-    if (this.type === FrameType.RelayEof) {
-      if (stream.agentEof) return void this.fail(`a second RELAY_EOF for stream ${id}`)
-      stream.agentEof = true
-      return this.handler.relayEof(id)
-    }
-    const bytes = payload.readUInt32LE(0)
-    if (bytes === 0 || bytes > stream.serverUnacked) {
-      return void this.fail(`RELAY_CREDIT of ${bytes} bytes for stream ${id}, which has ${stream.serverUnacked} in flight`)
-    }
-    stream.serverUnacked -= bytes
-    this.handler.relayCredit(id, bytes)
   }
 }

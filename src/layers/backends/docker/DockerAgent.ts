@@ -1,19 +1,28 @@
 /**
- * The fast path into a running container: kt-agent (the same static supervisor the host backend
- * runs in bubblewrap) copied into the container and started once, through one Engine API exec whose
- * hijacked stdin/stdout carry the agent's framed protocol. Every later process — with pipes or on a
+ * The fast path into a running container, and the home of its processes: kt-agent (the same
+ * static supervisor the host backend runs in bubblewrap) copied into the container and started once
+ * as a daemon there, listening on a socket inside it. Every later process — with pipes or on a
  * terminal the agent allocates inside the container — is a fork+exec by the agent, with no engine
- * round trip, instead of one exec create + start + inspect per command.
+ * round trip, and the agent keeps it, its record and its output whatever server comes and goes.
+ *
+ * A server reaches the agent through an Engine exec of the connector (`kt-agent --connect`), whose
+ * hijacked stdin/stdout carry the protocol, and proves the computer's key: a container label
+ * (AGENT_KEY_LABEL) that any server on the engine can read and nothing in the container can. The
+ * daemon gets the key on its stdin when it starts; it is non-dumpable and holds no capability a
+ * guest could use to read it (CAP_SYS_PTRACE is never granted by default). A permanent computer's
+ * agent lives as long as its container; a temporary one's ends with the exec that started it (the
+ * server that owns it). A container of an older version (no key label) gets an agent bound to this
+ * server, under a key only it knows.
  */
 import type Docker from "dockerode"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { EventEmitter } from "node:events"
 import { readFileSync } from "node:fs"
-import { PassThrough, type Duplex, type Writable } from "node:stream"
+import { PassThrough, type Duplex } from "node:stream"
 import { ProviderError, providerError } from "../../../domain/Errors.js"
 import { fromStream } from "../agent/AgentChannel.js"
 import * as AgentClient from "../agent/AgentClient.js"
+import * as Handshake from "../agent/AgentHandshake.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
 import type { RelayListener } from "../agent/Relay.js"
 import { Demuxer } from "./Demuxer.js"
@@ -22,52 +31,20 @@ import { archive } from "./Ustar.js"
 /** Where the agent lives inside the container. */
 export const AGENT_DIR = "/.kilntainers"
 export const AGENT_PATH = `${AGENT_DIR}/kt-agent`
+/** Its socket and store (made by the agent, as the container's user, in this sticky directory). */
+const RUN_DIR = `${AGENT_DIR}/run`
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+/** Exit status of a start that found the container's agent already running. */
+const ALREADY_RUNNING = 3
 
 /** A ustar archive of the agent binary under AGENT_DIR, as the Engine's putArchive takes it. */
 export const agentArchive = (binary: Buffer): Buffer =>
-  archive([{ name: `${AGENT_DIR.slice(1)}/`, mode: 0o755 }, { name: AGENT_PATH.slice(1), mode: 0o755, data: binary }])
-
-/**
- * The agent's exec as an AgentProcess: the engine's multiplexed stream split without gathering,
- * payload pieces passed on as they arrive. Stdout is the agent's frame channel; when its reader is
- * full, the socket is paused (back-pressure reaches the agent).
- */
-class ExecAgent extends EventEmitter implements AgentClient.AgentProcess {
-  readonly stdout = new PassThrough({ highWaterMark: 1 << 20 })
-  readonly stderr = new PassThrough()
-  readonly stdin: Writable
-
-  constructor(private readonly stream: Duplex, exec: Docker.Exec) {
-    super()
-    this.stdin = stream
-    const demuxer = new Demuxer((type, piece) => {
-      const target = type === 1 ? this.stdout : type === 2 ? this.stderr : undefined
-      if (target !== undefined && !target.write(piece) && target === this.stdout) stream.pause()
-    })
-    stream.on("data", (chunk: Buffer) => demuxer.push(chunk))
-    this.stdout.on("drain", () => stream.resume())
-    let closed = false
-    const close = () => {
-      if (closed) return
-      closed = true
-      this.stdout.end()
-      this.stderr.end()
-      exec.inspect().then(
-        (info) => this.emit("close", info.ExitCode ?? null, null),
-        () => this.emit("close", null, "SIGKILL")
-      )
-    }
-    stream.on("end", close)
-    stream.on("close", close)
-    stream.on("error", (error) => this.emit("error", error))
-  }
-
-  kill(): boolean {
-    this.stream.destroy()
-    return true
-  }
-}
+  archive([
+    { name: `${AGENT_DIR.slice(1)}/`, mode: 0o755 },
+    // Sticky and open to all like /tmp: the agent runs as the container's user, whoever that is.
+    { name: `${RUN_DIR.slice(1)}/`, mode: 0o1777 },
+    { name: AGENT_PATH.slice(1), mode: 0o755, data: binary }
+  ])
 
 /**
  * An error of the shared agent client as this backend's ProviderError (the agent folder is being
@@ -78,30 +55,18 @@ export const asProviderError = (backend: string, operation: string) => (error: {
     ? error
     : providerError(backend, operation, "Unavailable", "reason" in error && typeof error.reason === "string" ? error.reason : error.message, error)
 
-/**
- * Copies the agent into the container and starts it; the agent (and every process it started)
- * ends with the Scope, and also when this server goes away (its stdin closes). The agent keeps the
- * container's capabilities for its processes (root inside must still run apt and dpkg), and adds its
- * seccomp filter and no_new_privs. `onLost` hears of the agent's death other than through the Scope.
- */
-export const start = (
-  backend: string,
-  docker: Docker,
-  containerId: string,
-  binaries: NativeBinaries.NativeBinaries,
-  options: { readonly onLost?: (reason: string) => void; readonly relayPort?: number | undefined; readonly relay?: RelayListener | undefined } = {}
-): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
+/** The socket of an agent: the computer's own, or one bound to this server (a container without a key label). */
+const socketOf = (key: string, shared: boolean) => (shared ? `${RUN_DIR}/agent.sock` : `${RUN_DIR}/agent-${key.slice(0, 16)}.sock`)
+
+/** An exec in the container with its stdio attached: the hijacked stream, split into stdout and stderr. */
+const attachedExec = (backend: string, docker: Docker, containerId: string, cmd: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const fail = (what: string) => (error: unknown) =>
       providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
-    const container = docker.getContainer(containerId)
-    const binary = yield* Effect.try({ try: () => readFileSync(binaries.agent), catch: fail("read") })
-    yield* Effect.tryPromise({ try: () => container.putArchive(agentArchive(binary), { path: "/" }), catch: fail("install") })
-    const relayArgs = options.relayPort === undefined ? [] : ["--relay-port", String(options.relayPort)]
     const exec = yield* Effect.tryPromise({
       try: () =>
-        container.exec({
-          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...relayArgs],
+        docker.getContainer(containerId).exec({
+          Cmd: [...cmd],
           Env: [`PATH=${PATH}`],
           WorkingDir: "/",
           AttachStdin: true,
@@ -111,26 +76,138 @@ export const start = (
         }),
       catch: fail("create the exec of")
     })
-    const stream = yield* Effect.tryPromise({
-      try: () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>,
-      catch: fail("start")
+    const stream = yield* Effect.tryPromise({ try: () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>, catch: fail("start") })
+    const stdout = new PassThrough({ highWaterMark: 1 << 20 })
+    let stderr = ""
+    const demuxer = new Demuxer((type, piece) => {
+      if (type === 1 && !stdout.write(piece)) stream.pause()
+      else if (type === 2) stderr = (stderr + piece.toString("utf8")).slice(-4000)
     })
+    stdout.on("drain", () => stream.resume())
+    stream.on("data", (chunk: Buffer) => demuxer.push(chunk))
+    const end = () => stdout.end()
+    stream.on("end", end)
+    stream.on("close", end)
+    stream.on("error", () => stdout.destroy())
+    const exitCode = Effect.promise(() => exec.inspect().then((info) => info.ExitCode ?? null, () => null))
+    return { stream, stdout, stderr: () => stderr.trim(), exitCode }
+  })
+
+export interface AgentStart {
+  /** The computer's key; undefined: a container of an older version (the agent is bound to this server). */
+  readonly key: string | undefined
+  /** Ends with this server (a temporary computer). */
+  readonly bound: boolean
+  readonly args: ReadonlyArray<string>
+}
+
+/**
+ * Copies the agent into the container and starts it as a daemon (durable), or for the Scope
+ * (bound): the exec's stdin is then the agent's, and its end ends the agent and every process.
+ */
+const startDaemon = (
+  backend: string,
+  docker: Docker,
+  containerId: string,
+  binaries: NativeBinaries.NativeBinaries,
+  socket: string,
+  key: string,
+  start: AgentStart
+): Effect.Effect<void, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const fail = (what: string) => (error: unknown) =>
+      providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
+    const binary = yield* Effect.try({ try: () => readFileSync(binaries.agent), catch: fail("read") })
+    yield* Effect.tryPromise({ try: () => docker.getContainer(containerId).putArchive(agentArchive(binary), { path: "/" }), catch: fail("install") })
+    const bound = start.bound || start.key === undefined
+    const exec = yield* attachedExec(backend, docker, containerId, [
+      AGENT_PATH,
+      "--listen", socket,
+      "--store", `${socket.replace(/\.sock$/, "")}.store`,
+      "--no-parent",
+      "--caps", "keep",
+      ...(bound ? ["--bound"] : []),
+      ...start.args
+    ])
+    exec.stream.write(`${key}\n`)
+    if (bound) yield* Effect.addFinalizer(() => Effect.sync(() => exec.stream.destroy()))
+    // "ready" on stdout once it accepts connections; an agent already there exits with status 3.
+    const ready = yield* Effect.async<boolean>((resume) => {
+      let said = ""
+      exec.stdout.on("data", (chunk: Buffer) => {
+        said += chunk.toString("utf8")
+        if (said.includes("ready\n")) resume(Effect.succeed(true))
+      })
+      exec.stdout.on("end", () => resume(Effect.succeed(false)))
+    })
+    if (!bound) exec.stream.destroy() // the daemon lives on without this exec
+    if (ready) return
+    const code = yield* exec.exitCode
+    if (code === ALREADY_RUNNING) return
+    return yield* providerError(backend, "start the agent", "Unavailable", exec.stderr() || `it exited with status ${code}`)
+  })
+
+/** Attaches to the container's agent through the connector; detached when the Scope closes. */
+const attach = (
+  backend: string,
+  docker: Docker,
+  containerId: string,
+  socket: string,
+  key: string,
+  options: AgentClient.AgentOptions
+): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const exec = yield* attachedExec(backend, docker, containerId, [AGENT_PATH, "--connect", socket])
     const client = yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        const agent = new ExecAgent(stream, exec)
-        return new AgentClient.AgentClient(backend, agent, fromStream(agent.stdout), true, {
-          onLost: options.onLost,
-          relay: options.relay
-        })
-      }),
-      (client) => client.shutdown
+      Effect.sync(() =>
+        new AgentClient.AgentClient(backend, {
+          channel: fromStream(exec.stdout),
+          write: (bytes) => void exec.stream.write(bytes),
+          close: () => exec.stream.destroy()
+        }, Buffer.from(key, "hex"), options)
+      ),
+      (client) => client.detach
     )
     yield* client.ready.pipe(
-      Effect.mapError(asProviderError(backend, "start the agent")),
-      Effect.timeoutFail({
-        duration: "15 seconds",
-        onTimeout: () => providerError(backend, "start the agent", "Timeout", "it did not start in the container within 15 seconds")
+      Effect.mapError((error) => {
+        const said = exec.stderr()
+        return said === "" ? error : providerError(backend, "attach to the agent", "Unavailable", said)
       })
     )
     return client
   })
+
+/**
+ * The container's agent: attached when it runs, else copied in, started and attached. Fails when
+ * it cannot be started (the caller decides whether the container does without).
+ */
+export const open = (
+  backend: string,
+  docker: Docker,
+  containerId: string,
+  binaries: NativeBinaries.NativeBinaries,
+  start: AgentStart,
+  options: AgentClient.AgentOptions & { readonly relay?: RelayListener | undefined } = {}
+): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const key = start.key ?? Handshake.newKey()
+    const socket = socketOf(key, start.key !== undefined)
+    if (start.key !== undefined) {
+      const running = yield* Effect.either(attach(backend, docker, containerId, socket, key, options))
+      if (running._tag === "Right") return running.right
+    }
+    yield* startDaemon(backend, docker, containerId, binaries, socket, key, start)
+    return yield* attach(backend, docker, containerId, socket, key, options)
+  }).pipe(
+    Effect.timeoutFail({
+      duration: "20 seconds",
+      onTimeout: () => providerError(backend, "start the agent", "Timeout", "it did not start in the container within 20 seconds")
+    })
+  )
+
+/** Ends the container's agent, if one runs (restart, reset, delete): every process it holds ends. */
+export const stop = (backend: string, docker: Docker, containerId: string, key: string): Effect.Effect<void> =>
+  Effect.scoped(Effect.flatMap(attach(backend, docker, containerId, socketOf(key, true), key, {}), (client) => client.shutdown)).pipe(
+    Effect.timeout("10 seconds"),
+    Effect.ignore
+  )

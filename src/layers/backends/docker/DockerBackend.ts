@@ -58,6 +58,10 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly filesystem?: FilesystemPolicy | undefined
   /** An existing container (not ours) adopted as a permanent computer (AdoptedContainer.ts). */
   readonly adoptContainer?: string | undefined
+  /** Output each container keeps per stream on its disk (its agent's --retain; default 32 MiB). */
+  readonly retainBytes?: number | undefined
+  /** Finished processes each container keeps listable (its agent's --max-finished; default 100). */
+  readonly maxFinished?: number | undefined
   /** Where the empty directory that masks --deny-read directories is made (else a temporary one). */
   readonly stateDir?: string | undefined
   /** The egress proxy's variables for every process, and its CA bundle (DockerTrust.ts). */
@@ -137,7 +141,18 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       find: containers.find,
       create: containers.create,
       start: containers.start,
-      connect: DockerConnection.connect({ engine, containers, binaries, agentRefused: new Map(), relay: options.relay, egress: options.egress }),
+      connect: DockerConnection.connect({
+        engine,
+        containers,
+        binaries,
+        agentRefused: new Map(),
+        relay: options.relay,
+        egress: options.egress,
+        agentArgs: [
+          ...(options.retainBytes === undefined ? [] : ["--retain", String(options.retainBytes)]),
+          ...(options.maxFinished === undefined ? [] : ["--max-finished", String(options.maxFinished)])
+        ]
+      }),
       restart: containers.restart,
       remove: containers.remove,
       adopt: containers.adopt,

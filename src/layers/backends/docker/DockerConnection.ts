@@ -2,15 +2,16 @@
  * A connection to a running container: where its processes start, and how its loss is noticed.
  *
  * Processes run through the container's kt-agent (DockerAgent.ts), pipes and terminals alike: one
- * engine exec per connection, then a fork+exec per process; the agent keeps each process tree
- * together (SIGKILL and closing the Scope end all of it) and adds no_new_privs and its seccomp
- * filter. Where the agent cannot run (another architecture, a read-only root), every process is an
- * Engine API exec instead (DockerExec.ts).
+ * engine exec per connection (the connector), then a fork+exec per process; the agent holds each
+ * process, its record and its output (`held`), keeps each process tree together (SIGKILL ends all
+ * of it) and adds no_new_privs and its seccomp filter. Where the agent cannot run (another
+ * architecture, a read-only root), every process is an Engine API exec instead (DockerExec.ts), and
+ * the server holds them.
  *
  * `lost` completes when the container is removed or stopped from outside (the engine's events,
- * DockerEvents.ts) or its agent dies; the state of the container says which, in the sentence.
- * Everything here belongs to the connection's Scope: closing it ends the agent, its processes and
- * the watchers.
+ * DockerEvents.ts) or the connection to its agent ends; the state of the container says which, in
+ * the sentence. Everything here belongs to the connection's Scope: closing it lets go of the agent
+ * (a temporary computer's ends with it; a permanent one's runs on) and ends the watchers.
  */
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
@@ -45,6 +46,8 @@ export interface ConnectionContext {
   readonly relay?: Relay.RelaySettings | undefined
   /** The egress CA bundle, put into each container before its processes start. */
   readonly egress?: ComputerEgress | undefined
+  /** The agent's options beside the relay (--retain, --max-finished). */
+  readonly agentArgs: ReadonlyArray<string>
 }
 
 /**
@@ -68,23 +71,27 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
     if (Option.isNone(binaries)) return yield* withoutAgent(context, instance, `no agent binary for the engine's architecture`)
     const refused = agentRefused.get(instance.metadata.image)
     if (refused !== undefined) return yield* withoutAgent(context, instance, `containers of ${instance.metadata.image} cannot run the agent (${refused})`)
+    const state = yield* context.containers.inspectState(instance.providerId)
+    if (Option.isNone(state) || !state.value.running) {
+      return yield* engine.fail("connect to the container", "NotFound", `${containerName(instance.metadata.id)} is not running`)
+    }
     const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
     const started = yield* Effect.gen(function*() {
       const listener = relay === undefined
         ? undefined
         : yield* Relay.listener((connection) => relay.handler(instance.metadata.id, connection))
-      return yield* DockerAgent.start(engine.name, engine.docker, instance.providerId, binaries.value, {
-        onLost,
-        relayPort: relay?.port,
-        relay: listener
-      })
+      return yield* DockerAgent.open(engine.name, engine.docker, instance.providerId, binaries.value, {
+        key: state.value.agentKey,
+        bound: instance.metadata.temporary,
+        args: [...(relay === undefined ? [] : ["--relay-port", String(relay.port)]), ...context.agentArgs]
+      }, { onLost, relay: listener })
     }).pipe(Scope.extend(scope), Effect.either)
     if (started._tag === "Right") return Option.some(started.right)
     yield* Scope.close(scope, Exit.void)
     // A container that cannot run the agent still works through Engine exec (withoutAgent); one that
     // is not running cannot be connected to at all.
-    const state = yield* context.containers.inspectState(instance.providerId)
-    if (Option.isNone(state) || !state.value.running) {
+    const after = yield* context.containers.inspectState(instance.providerId)
+    if (Option.isNone(after) || !after.value.running) {
       return yield* engine.fail("connect to the container", "NotFound", `${containerName(instance.metadata.id)} is not running`)
     }
     const why = `cannot ${started.left.operation}: ${started.left.detail}`
@@ -151,5 +158,13 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
           Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
         )
       })
-    return { home: HOME, spawn, lost: Deferred.await(lost) }
+    return {
+      home: HOME,
+      spawn,
+      lost: Deferred.await(lost),
+      ...(Option.isNone(agent) ? {} : {
+        held: AgentProcesses.held(engine.name, agent.value),
+        lease: (step: string) => AgentProcesses.lease(engine.name, agent.value, instance.metadata.id, step)
+      })
+    }
   })

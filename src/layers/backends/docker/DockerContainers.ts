@@ -35,6 +35,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import { computerIdPattern } from "../../../domain/ComputerIds.js"
 import { type ComputerMetadata, fromLabels, labelKey, selector, toLabels } from "../../../domain/ComputerMetadata.js"
+import { newKey as newAgentKey } from "../agent/AgentHandshake.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, InstanceState, Query } from "../../../services/Backend.js"
 import { coalesce } from "./Coalesce.js"
@@ -85,6 +86,12 @@ export interface ContainerSettings {
   readonly mounts?: ContainerMounts | undefined
 }
 
+/**
+ * The label holding the computer's agent key (AgentHandshake.ts): every server on the engine reads
+ * it to attach to the container's agent; nothing inside the container can read a label.
+ */
+export const AGENT_KEY_LABEL = "kilntainers.agent-key"
+
 /** Whether `--user` names someone other than root (`0`, `root`, with or without a group). */
 export const nonRootUser = (user: string | undefined): boolean => user !== undefined && !/^(0|root)(:|$)/.test(user.trim())
 
@@ -107,7 +114,7 @@ const createBody = (settings: ContainerSettings, metadata: ComputerMetadata, ini
     Hostname: flags.hostname ?? metadata.id,
     Env: [...flags.env],
     ...(flags.user === undefined ? {} : { User: flags.user }),
-    Labels: { ...flags.labels, ...toLabels("dotted", metadata) },
+    Labels: { ...flags.labels, ...toLabels("dotted", metadata), [AGENT_KEY_LABEL]: newAgentKey() },
     HostConfig: {
       Init: init,
       ...(settings.network ? {} : { NetworkMode: "none" }),
@@ -172,6 +179,8 @@ export interface ContainerState {
   /** Being removed (`docker rm -f` marks it before it kills it). */
   readonly removing: boolean
   readonly exitCode: number
+  /** Its agent key (AGENT_KEY_LABEL); absent on containers of versions before durable agents. */
+  readonly agentKey?: string | undefined
 }
 
 /**
@@ -329,7 +338,8 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
           Option.some({
             running: info.State.Running,
             removing: info.State.Status === "removing" || info.State.Dead,
-            exitCode: info.State.ExitCode
+            exitCode: info.State.ExitCode,
+            agentKey: info.Config.Labels?.[AGENT_KEY_LABEL]
           })
         ),
         Effect.catchIf((error) => error.reason === "NotFound", () => Effect.succeed(Option.none()))

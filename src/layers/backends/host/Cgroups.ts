@@ -11,9 +11,11 @@
  * A controller offered by neither is not limited (said at startup; the process count still has
  * RLIMIT_NPROC inside the sandbox, see kt-sandbox).
  *
- * A computer's cgroups are named `kt-<server pid>-<server start time>-<computer key>`: they are
- * removed when the computer ends (its processes killed first), and a new server removes those of
- * servers that died.
+ * A temporary computer's cgroups are named `kt-<server pid>-<server start time>-<computer key>`:
+ * they are removed when the computer ends (its processes killed first), and a new server removes
+ * those of servers that died. A permanent computer's (its agent outlives the server) are named
+ * `kt-c-<computer key>`: made when its agent starts, kept while it runs whatever server comes and
+ * goes, removed when the computer is restarted, reset or deleted.
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -318,6 +320,37 @@ export const create = (cgroupPlan: CgroupPlan, name: string, limits: Limits) =>
       }).pipe(Effect.tapError(() => removeCgroup(join(hierarchy.parent, name)))),
       removeCgroup
     ))
+
+/** The name of a permanent computer's cgroups: its key alone (no server owns them). */
+export const durableName = (key: string) => `kt-c-${key}`
+
+/**
+ * Creates a permanent computer's cgroups with their limits, or keeps those it has (its agent was
+ * started before and ended by itself); they outlive the server. Returns the directories to join.
+ */
+export const ensure = (cgroupPlan: CgroupPlan, name: string, limits: Limits) =>
+  Effect.forEach(cgroupPlan.hierarchies, (hierarchy) =>
+    Effect.tryPromise({
+      try: async () => {
+        const dir = join(hierarchy.parent, name)
+        await mkdir(dir).catch((error: NodeJS.ErrnoException) => {
+          if (error.code !== "EEXIST") throw error
+        })
+        for (const controller of hierarchy.controllers) {
+          for (const [file, value, required] of limitFiles(hierarchy.version, controller, limits)) {
+            await writeFile(join(dir, file), value).catch((error: unknown) => {
+              if (required) throw error
+            })
+          }
+        }
+        return dir
+      },
+      catch: (error) => providerError(NAME, `set up the computer's cgroup in ${hierarchy.parent}`, "Failed", describeError(error), error)
+    }))
+
+/** Removes a permanent computer's cgroups, killing whatever is left in them. */
+export const removeNamed = (cgroupPlan: CgroupPlan, name: string) =>
+  Effect.forEach(cgroupPlan.hierarchies, (hierarchy) => removeCgroup(join(hierarchy.parent, name)), { discard: true })
 
 /** Removes the cgroups of computers whose server died (crash, SIGKILL). */
 export const reapStale = (cgroupPlan: CgroupPlan, alive: (owner: { readonly pid: number; readonly startTime: string }) => boolean) =>

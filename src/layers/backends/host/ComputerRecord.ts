@@ -6,8 +6,10 @@
  * - `key`: the computer's opaque identity: its `sandbox_id` is `host-<key>`, a new one for a
  *   computer created again under the same id, and its cgroups are named after it;
  * - `uid`/`gid`: the host ids its sandbox runs as when the server is root (see GuestUser);
- * - `holder`: the server connected to it now, so that two servers never run one workspace at once
- *   (cleared when it lets go; a dead holder's claim is void).
+ * - `agentKey`: the key its agent proves itself with and every attaching server proves (64 hex
+ *   digits; this file is readable by the server's uid only, in a 0700 directory);
+ * - `holder`: the last server that connected to it (informative: any number of servers attach to
+ *   one computer's agent now; a dead holder's entry means nothing).
  *
  * Records of older versions (`id`, `temporary`, `createdAt`, `image`, `owner` at the top) are read
  * too: their owner, the server that last opened the computer, counts as creator and holder.
@@ -36,6 +38,7 @@ const Stored = Schema.Struct({
   key: Schema.String,
   uid: Schema.optional(Schema.Int),
   gid: Schema.optional(Schema.Int),
+  agentKey: Schema.optional(Schema.String),
   holder: Schema.optional(Holder)
 })
 
@@ -58,6 +61,7 @@ export interface ComputerRecord {
   readonly metadata: ComputerMetadata
   readonly key: string | undefined
   readonly ids: HostIds | undefined
+  readonly agentKey?: string | undefined
   readonly holder: Holder | undefined
 }
 
@@ -95,6 +99,7 @@ export const parse = (text: string): Option.Option<ComputerRecord> =>
         metadata,
         key: stored.key,
         ids: ids(stored.uid, stored.gid),
+        agentKey: stored.agentKey,
         holder: stored.holder
       })),
     onNone: () => Option.flatMap(decodeLegacy(text), fromLegacy)
@@ -112,6 +117,7 @@ export const format = (record: ComputerRecord & { readonly key: string }) =>
     labels: toLabels("dashed", record.metadata),
     key: record.key,
     ...(record.ids === undefined ? {} : { uid: record.ids.uid, gid: record.ids.gid }),
+    ...(record.agentKey === undefined ? {} : { agentKey: record.agentKey }),
     ...(record.holder === undefined ? {} : { holder: record.holder })
   }) + "\n"
 
@@ -126,7 +132,7 @@ export const write = (computerDir: string, record: ComputerRecord & { readonly k
   Effect.flatMap(temporaryFile(computerDir), (tmp) =>
     Effect.tryPromise({
       try: async () => {
-        await writeFile(tmp, format(record))
+        await writeFile(tmp, format(record), { mode: 0o600 })
         await rename(tmp, join(computerDir, FILE))
       },
       catch: cannotWrite(computerDir)
@@ -150,7 +156,7 @@ export const writeNow = (computerDir: string, record: ComputerRecord & { readonl
   Effect.flatMap(temporaryFile(computerDir), (tmp) =>
     Effect.try({
       try: () => {
-        writeFileSync(tmp, format(record))
+        writeFileSync(tmp, format(record), { mode: 0o600 })
         renameSync(tmp, join(computerDir, FILE))
       },
       catch: cannotWrite(computerDir)
@@ -164,7 +170,7 @@ export const writeNew = (computerDir: string, record: ComputerRecord & { readonl
   Effect.flatMap(temporaryFile(computerDir), (tmp) =>
     Effect.tryPromise({
       try: async () => {
-        await writeFile(tmp, format(record))
+        await writeFile(tmp, format(record), { mode: 0o600 })
         try {
           await link(tmp, join(computerDir, FILE))
           return true

@@ -2,20 +2,26 @@
  * The host backend: a computer is a workspace directory on this machine,
  * `<stateDir>/computers/<id>/home`, and its processes run in one bubblewrap sandbox per computer.
  *
- * The sandbox is set up once, when the computer opens: bwrap starts `kt-agent`, which then forks
- * every process of the computer on request (see AgentClient.ts, native/kt-agent.c), so a spawn
- * costs a fork+exec, not a new sandbox. TTY processes run on a pseudo-terminal the agent allocates
- * inside the sandbox; their bytes travel over the agent's channel like pipe output. The agent's
- * frames come back over a FIFO (created as `<computer>/agent.fifo`, unlinked once open, never
- * mounted in the sandbox) read into one reused buffer; see ProcessEvents for the aliasing rule. No
- * host-side helper ever opens a path inside the sandbox.
+ * The sandbox is set up once per computer: bwrap starts `kt-agent`, which then forks every process
+ * of the computer on request and keeps them, their records and their output (see AgentClient.ts,
+ * native/kt-agent.c), so a spawn costs a fork+exec, not a new sandbox. TTY processes run on a
+ * pseudo-terminal the agent allocates inside the sandbox; their bytes travel like pipe output. Servers
+ * reach the agent through its listening socket `<computer>/agent.sock` (bound by kt-sandbox before
+ * the sandbox starts, 0600, never mounted in the sandbox) and prove the computer's key (its record's
+ * `agentKey`); the agent's store is `<computer>/store`, handed in as a descriptor. No host-side
+ * helper ever opens a path inside the sandbox.
+ *
+ * A permanent computer's sandbox outlives the server (its own session, no parent-death signal):
+ * its processes run on when the server exits, crashes or is upgraded, and the next server (or one
+ * running beside it) attaches to the same agent. A temporary computer's ends with the server that
+ * started it, as its agent's stdin does.
  *
  * A stateless provider (see Backend.ts): the kernel owns every computer's lifecycle. Workspaces.ts
  * finds, creates, renames and removes computers (their directories, 0700, and their records,
- * ComputerRecord.ts: the kernel's metadata as labels, plus the key, uids and current holder);
- * `connect` starts a computer's sandbox and agent for the life of the connection, and its `lost`
- * completes when the agent dies other than through the kernel. Restart is a new connection on the
- * same workspace; factory reset is remove and create.
+ * ComputerRecord.ts: the kernel's metadata as labels, plus the keys and uids); `connect` attaches
+ * to the computer's agent, starting it when none runs, and its `lost` completes when the connection
+ * ends other than through the kernel. Restart ends the agent (and every process) and connects
+ * again on the same workspace; factory reset is remove and create; remove ends the agent first.
  *
  * Who runs inside (GuestUser.ts): always `agent` (uid/gid 1000) in a user namespace of its own.
  * When the server is root, the sandbox runs as a dedicated unprivileged host uid per computer,
@@ -55,6 +61,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import type * as Scope from "effect/Scope"
 import { join, resolve } from "node:path"
@@ -70,6 +77,7 @@ import * as Relay from "../agent/Relay.js"
 import * as Cgroups from "./Cgroups.js"
 import * as HostTrust from "./HostTrust.js"
 import * as Launcher from "./Launcher.js"
+import * as ComputerRecord from "./ComputerRecord.js"
 import * as Workspaces from "./Workspaces.js"
 
 export interface HostBackendOptions {
@@ -89,6 +97,10 @@ export interface HostBackendOptions {
   readonly filesystem?: FilesystemPolicy | undefined
   /** The egress proxy's variables for every process, and its CA bundle (HostTrust.ts). */
   readonly egress?: ComputerEgress | undefined
+  /** Output each computer keeps per stream on its disk (its agent's --retain; default 32 MiB). */
+  readonly retainBytes?: number | undefined
+  /** Finished processes each computer keeps listable (its agent's --max-finished; default 100). */
+  readonly maxFinished?: number | undefined
 }
 
 const NAME = "host"
@@ -125,38 +137,65 @@ export const make = (options: HostBackendOptions) =>
       self: { pid: owner.pid, start: owner.startTime, token },
       hostIds: launcher === undefined ? () => Effect.succeed(undefined) : launcher.hostIds
     })
-    const relayArgs = options.relay === undefined ? [] : ["--relay-port", String(options.relay.port)]
+    const agentArgs = [
+      ...(options.relay === undefined ? [] : ["--relay-port", String(options.relay.port)]),
+      ...(options.retainBytes === undefined ? [] : ["--retain", String(options.retainBytes)]),
+      ...(options.maxFinished === undefined ? [] : ["--max-finished", String(options.maxFinished)])
+    ]
     const trust = options.egress === undefined ? [] : yield* HostTrust.binds(options.stateDir, options.egress)
+    const placeOf = (dir: string, agentKey: string): AgentLauncher.AgentPlace => ({ socket: join(dir, "agent.sock"), key: agentKey })
 
-    /** Starts the computer's sandbox and its agent, for the life of the Scope. */
+    /** Attaches to the computer's agent, starting its sandbox when none runs. */
     const connect = (instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
       Effect.gen(function*() {
-        const { dir, home, record } = yield* workspaces.claim(instance)
+        const { dir, home, record } = yield* workspaces.open(instance)
         const id = record.metadata.id
-        const sandbox = launcher === undefined
-          ? undefined
-          : yield* launcher.prepare({ id, key: record.key, home, ids: record.ids, agentArgs: relayArgs, binds: trust })
+        const durable = !record.metadata.temporary
         const lost = yield* Deferred.make<string>()
-        // Outside the sandbox's mounts: processes inside cannot reach the agent's output channel.
-        const channel = join(dir, "agent.fifo")
-        // In the sandbox guests lose every capability and get the seccomp filter; unsandboxed (NOT
-        // isolated, by choice) they run as the server's user would.
-        const command: AgentLauncher.AgentCommand = sandbox !== undefined
-          ? { ...sandbox, cwd: home, env: MINIMAL_ENV, channel }
-          : { file: binaries.agent, args: ["--caps", "keep", "--no-seccomp", ...relayArgs], cwd: home, env: MINIMAL_ENV, channel }
+        // Made only when the agent must be started. In the sandbox guests lose every capability and
+        // get the seccomp filter; unsandboxed (NOT isolated, by choice) they run as the server's user would.
+        const command: Effect.Effect<AgentLauncher.AgentCommand, ProviderError, Scope.Scope> = launcher !== undefined
+          ? Effect.map(
+            launcher.prepare({ id, key: record.key, dir, home, durable, ids: record.ids, agentArgs, binds: trust }),
+            (sandbox) => ({ ...sandbox, cwd: home, env: MINIMAL_ENV })
+          )
+          : Effect.succeed({
+            file: binaries.agent,
+            args: [
+              "--listen", join(dir, "agent.sock"),
+              "--store", join(dir, "store"),
+              ...(durable ? [] : ["--bound"]),
+              "--caps", "keep", "--no-seccomp",
+              ...agentArgs
+            ],
+            cwd: home,
+            env: MINIMAL_ENV
+          })
         const relay = options.relay
         const listener = relay === undefined ? undefined : yield* Relay.listener((connection) => relay.handler(id, connection))
-        // Closing the Scope shuts the agent down: it ends every process tree it started.
-        const client = yield* AgentLauncher.make(NAME, command, {
+        // Closing the Scope lets go of the agent (a temporary computer's, bound to this server, ends).
+        const client = yield* AgentLauncher.open(NAME, placeOf(dir, record.agentKey), command, !durable, {
           onLost: (reason) => Deferred.unsafeDone(lost, Exit.succeed(reason)),
           relay: listener
         })
         return {
           home: sandboxed ? Launcher.SANDBOX_HOME : home,
           spawn: (spec) => AgentProcesses.spawn(NAME, client, spec),
-          lost: Deferred.await(lost)
+          lost: Deferred.await(lost),
+          held: AgentProcesses.held(NAME, client),
+          lease: (step) => AgentProcesses.lease(NAME, client, id, step)
         } satisfies Connection
       }).pipe(Effect.withSpan("HostBackend.connect"))
+
+    /** Ends the computer's agent and every process it holds, and what is left in its cgroups. */
+    const stopAgent = (instance: Instance) =>
+      Effect.gen(function*() {
+        const dir = workspaces.dirOf(instance.metadata.id)
+        const record = yield* ComputerRecord.read(dir)
+        if (Option.isNone(record) || record.value.agentKey === undefined) return
+        yield* AgentLauncher.stop(NAME, placeOf(dir, record.value.agentKey))
+        if (launcher !== undefined && record.value.key !== undefined) yield* launcher.release(record.value.key)
+      })
 
     return Backend.of({
       name: NAME,
@@ -167,10 +206,10 @@ export const make = (options: HostBackendOptions) =>
       create: workspaces.create,
       start: workspaces.start,
       connect,
-      // The kernel closed the connection (the agent and every process are gone); connecting again
-      // starts a fresh sandbox on the same workspace.
-      restart: workspaces.start,
-      remove: workspaces.remove,
+      // The kernel ended the processes and closed its connection; the agent goes too, and connecting
+      // again starts a fresh sandbox on the same workspace.
+      restart: (instance) => Effect.zipRight(stopAgent(instance), workspaces.start(instance)),
+      remove: (instance) => Effect.zipRight(stopAgent(instance), workspaces.remove(instance)),
       // Unsandboxed, processes see the workspace's host path, which a rename would pull away.
       adopt: sandboxed ? workspaces.adopt : undefined,
       environment: options.egress?.env

@@ -66,6 +66,13 @@ const bindArgs = (bind: Bind): Array<string> => {
 
 export interface LaunchSpec {
   readonly launcher: string
+  /**
+   * The computer's directory, where kt-sandbox opens the agent's lock, socket and store (never a
+   * path inside the sandbox); absent: no agent (the startup check).
+   */
+  readonly agentDir?: string | undefined
+  /** The sandbox outlives the server (a permanent computer). */
+  readonly detach?: boolean | undefined
   readonly bwrap: string
   readonly layout: SandboxLayout
   /** The computer's host uid/gid when the server is root; undefined: the server's own. */
@@ -80,8 +87,11 @@ export interface LaunchSpec {
 
 /** The launcher's command line for one sandbox. */
 export const launchArgs = (spec: LaunchSpec): Array<string> => [
-  // The channel (stdin/stdout) bypasses bubblewrap's init, whose descriptors the guest can open.
+  // The channel (stdin: the key; stdout: the agent's socket) bypasses bubblewrap's init, whose
+  // descriptors the guest can open.
   "--channel",
+  ...(spec.agentDir === undefined ? [] : ["--agent-dir", spec.agentDir]),
+  ...(spec.detach ? ["--detach"] : []),
   ...(spec.ids === undefined ? [] : ["--uid", String(spec.ids.uid), "--gid", String(spec.ids.gid)]),
   ...spec.cgroups.flatMap((dir) => ["--cgroup", dir]),
   "--",
@@ -119,7 +129,11 @@ export interface LauncherOptions {
 export interface ComputerSandbox {
   readonly id: string
   readonly key: string
+  /** The computer's directory on the host (its agent's socket, lock and store). */
+  readonly dir: string
   readonly home: string
+  /** Its agent outlives the server (a permanent computer); else it ends with the server. */
+  readonly durable: boolean
   readonly ids: HostIds | undefined
   readonly agentArgs: ReadonlyArray<string>
   /** More host paths it sees (the egress CA bundle), bound after the /etc view. */
@@ -130,10 +144,15 @@ export interface ComputerSandbox {
 export interface SandboxLauncher {
   /** The host ids of a computer when the server is root: those recorded, or new ones; else undefined. */
   readonly hostIds: (recorded: HostIds | undefined, taken: ReadonlySet<number>) => Effect.Effect<HostIds | undefined, ProviderError>
-  /** Creates the computer's cgroups (removed with the Scope) and gives the command that starts its agent. */
+  /**
+   * Creates the computer's cgroups (removed with the Scope; a durable computer's outlive it) and
+   * gives the command that starts its agent.
+   */
   readonly prepare: (
     computer: ComputerSandbox
   ) => Effect.Effect<{ readonly file: string; readonly args: ReadonlyArray<string> }, ProviderError, Scope.Scope>
+  /** After a durable computer's agent ended: its cgroups go, and whatever is left in them. */
+  readonly release: (key: string) => Effect.Effect<void>
 }
 
 /**
@@ -153,10 +172,11 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
     const range = root ? Option.some(yield* GuestUser.uidRange()) : Option.none()
     // The first uid of the range is never given to a computer: the check runs as it.
     const checkIds = Option.map(range, (r) => ({ uid: r.first, gid: r.first }))
-    const layout = (hostname: string): SandboxLayout => ({
+    const layout = (hostname: string, outlivesServer = false): SandboxLayout => ({
       hostname,
       network: options.network,
-      guest: { features, tmpfsBytes: options.limits.memoryBytes }
+      guest: { features, tmpfsBytes: options.limits.memoryBytes },
+      outlivesServer
     })
     const args = (bwrapPath: string, spec: Omit<LaunchSpec, "launcher" | "bwrap">) => launchArgs({ launcher, bwrap: bwrapPath, ...spec })
     yield* checkBwrap(bwrap, (bwrapPath) => ({
@@ -197,11 +217,15 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
       prepare: (computer) =>
         Effect.gen(function*() {
           if (bwrap === undefined) return yield* providerError(NAME, "start the sandbox", "Unavailable", "bubblewrap is missing")
-          const dirs = yield* Cgroups.create(cgroups, Cgroups.cgroupName(options.owner, computer.key), options.limits)
+          const dirs = computer.durable
+            ? yield* Cgroups.ensure(cgroups, Cgroups.durableName(computer.key), options.limits)
+            : yield* Cgroups.create(cgroups, Cgroups.cgroupName(options.owner, computer.key), options.limits)
           return {
             file: launcher,
             args: args(bwrap, {
-              layout: layout(computer.id),
+              layout: layout(computer.id, computer.durable),
+              agentDir: computer.dir,
+              detach: computer.durable,
               ids: computer.ids,
               cgroups: dirs,
               binds: [
@@ -212,10 +236,20 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
               ],
               nproc,
               cwd: SANDBOX_HOME,
-              // Guests lose every capability and get the agent's seccomp filter.
-              command: [SANDBOX_AGENT, "--caps", "drop", ...setidArgs, ...computer.agentArgs]
+              // Guests lose every capability and get the agent's seccomp filter. kt-sandbox hands the
+              // agent its socket (stdout, after --stdio) and its store (descriptor 10).
+              command: [
+                SANDBOX_AGENT,
+                "--listen-fd", "1",
+                "--store-fd", "10",
+                ...(computer.durable ? [] : ["--bound"]),
+                "--caps", "drop",
+                ...setidArgs,
+                ...computer.agentArgs
+              ]
             })
           }
-        })
+        }),
+      release: (key) => Cgroups.removeNamed(cgroups, Cgroups.durableName(key))
     }
   })

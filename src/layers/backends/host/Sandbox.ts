@@ -61,6 +61,8 @@ export interface SandboxLayout {
    * Absent: bwrap runs as whoever starts it and binds the host's account files (test fakes).
    */
   readonly guest?: { readonly features: BwrapFeatures; readonly tmpfsBytes: number } | undefined
+  /** The sandbox outlives the server that starts it (a permanent computer's): no --die-with-parent. */
+  readonly outlivesServer?: boolean | undefined
 }
 
 /** bwrap arguments for the filesystem layout and namespaces, without the computer's own mounts. */
@@ -100,7 +102,7 @@ export const sandboxArgs = (options: SandboxLayout): Array<string> => {
     ...sized(guest?.tmpfsBytes), "--tmpfs", "/var/tmp",
     "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
     ...(options.network ? [] : ["--unshare-net"]),
-    "--die-with-parent",
+    ...(options.outlivesServer ? [] : ["--die-with-parent"]),
     "--new-session",
     "--cap-drop", "ALL",
     "--hostname", options.hostname,

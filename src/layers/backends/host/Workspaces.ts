@@ -4,29 +4,28 @@
  * `home`. Finding, creating, renaming and removing computers are file operations here; running
  * them is HostBackend's `connect`.
  *
- * A computer is "running" while a live server holds it (is connected to it), else "stopped". A
- * server claims a computer for the life of its connection; another live server's claim is a
- * Conflict, so two servers never run one workspace at once.
+ * A computer is "running" while its agent's socket is there (its agent runs, or died without
+ * cleaning up: connecting tells), else "stopped". Any number of servers open one computer at once:
+ * they all attach to its one agent (AgentLauncher.ts), which holds its processes.
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
-import type * as Scope from "effect/Scope"
-import { renameSync } from "node:fs"
+import { existsSync, renameSync } from "node:fs"
 import { chmod, lstat, mkdir, readdir, rm } from "node:fs/promises"
 import { join } from "node:path"
 import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
 import { computerIdPattern } from "../../../domain/ComputerIds.js"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import type { Instance, InstanceState, Query } from "../../../services/Backend.js"
-import { ownerAlive } from "../../ProcessOwner.js"
+import { newKey as newAgentKey } from "../agent/AgentHandshake.js"
 import * as ComputerRecord from "./ComputerRecord.js"
 import * as GuestUser from "./GuestUser.js"
 
 const NAME = "host"
 
-/** A record that has its key (every record this version writes). */
-type Keyed = ComputerRecord.ComputerRecord & { readonly key: string }
+/** A record that has its keys (every record this version writes). */
+type Keyed = ComputerRecord.ComputerRecord & { readonly key: string; readonly agentKey: string }
 
 /** A computer's directory and what its record says. */
 export interface Workspace {
@@ -74,13 +73,8 @@ export const make = (options: WorkspacesOptions) => {
           Option.filter(record, (r) => r.metadata.id === id).pipe(Option.map((r) => ({ dir: dirOf(id), record: r }))))
       )).pipe(Effect.map((found) => found.flatMap(Option.toArray)))
 
-  const heldElsewhere = (holder: ComputerRecord.Holder | undefined) =>
-    holder !== undefined && holder.token !== options.self.token && ownerAlive(holder.pid, holder.start)
-
   const stateOf = (record: ComputerRecord.ComputerRecord): InstanceState =>
-    record.holder !== undefined && (record.holder.token === options.self.token || ownerAlive(record.holder.pid, record.holder.start))
-      ? "running"
-      : "stopped"
+    existsSync(join(dirOf(record.metadata.id), "agent.sock")) ? "running" : "stopped"
 
   const instanceOf = (record: ComputerRecord.ComputerRecord, state: InstanceState = stateOf(record)): Instance => ({
     providerId: ComputerRecord.providerId(record),
@@ -129,13 +123,19 @@ export const make = (options: WorkspacesOptions) => {
       return home
     })
 
-  /** Completes a record of an older version (a key; when the server is root, the computer's own uid) and its workspace. */
+  /**
+   * Completes a record of an older version (a key, an agent key; when the server is root, the
+   * computer's own uid) and its workspace.
+   */
   const ready = (dir: string, record: ComputerRecord.ComputerRecord) =>
     Effect.gen(function*() {
       const key = record.key ?? (yield* newKey)
+      const agentKey = record.agentKey ?? newAgentKey()
       const ids = (yield* options.hostIds(record.ids, yield* takenIds(record.metadata.id))) ?? record.ids
-      const next: Keyed = { ...record, key, ids }
-      if (key !== record.key || ids?.uid !== record.ids?.uid || ids?.gid !== record.ids?.gid) yield* ComputerRecord.write(dir, next)
+      const next: Keyed = { ...record, key, agentKey, ids }
+      if (key !== record.key || agentKey !== record.agentKey || ids?.uid !== record.ids?.uid || ids?.gid !== record.ids?.gid) {
+        yield* ComputerRecord.write(dir, next)
+      }
       return { dir, home: yield* prepareHome(dir, ids), record: next } satisfies Workspace
     })
 
@@ -144,7 +144,7 @@ export const make = (options: WorkspacesOptions) => {
       const dir = dirOf(metadata.id)
       yield* fs(`create the computer directory ${dir}`, () => mkdir(dir, { recursive: true }))
       const ids = yield* options.hostIds(undefined, yield* takenIds(metadata.id))
-      const record: Keyed = { metadata, key: yield* newKey, ids, holder: undefined }
+      const record: Keyed = { metadata, key: yield* newKey, agentKey: newAgentKey(), ids, holder: undefined }
       // The record is the claim on the id: a directory without one (left by a crash) is taken over.
       if (!(yield* ComputerRecord.writeNew(dir, record))) {
         return yield* providerError(NAME, `create computer '${metadata.id}'`, "Conflict", "a computer with this id exists")
@@ -183,42 +183,14 @@ export const make = (options: WorkspacesOptions) => {
             ? providerError(NAME, `rename computer '${record.metadata.id}'`, "Conflict", `a computer '${metadata.id}' exists`, error)
             : failed(`rename computer '${record.metadata.id}'`, error)
       })
-      const next: Keyed = { ...record, key: record.key ?? (yield* newKey), metadata }
+      const next: Keyed = { ...record, key: record.key ?? (yield* newKey), agentKey: record.agentKey ?? newAgentKey(), metadata }
       yield* ComputerRecord.writeNow(target, next)
       return instanceOf(next, "running")
     })
 
-  /** Lets go of a computer this backend holds, wherever it is now (a pool's computer was renamed meanwhile). */
-  const letGo = (key: string) =>
-    Effect.gen(function*() {
-      const held = (yield* all()).find(({ record }) => record.key === key && record.holder?.token === options.self.token)
-      if (held !== undefined) yield* ComputerRecord.write(held.dir, { ...held.record, key, holder: undefined })
-    }).pipe(Effect.catchAll((error) => Effect.logWarning(`host backend: cannot release computer ${key}: ${error.message}`)))
+  /** The computer's directory, workspace and record, made ready (a record of an older version completed). */
+  const open = (instance: Instance): Effect.Effect<Workspace, ProviderError> =>
+    Effect.flatMap(locate(instance), ({ dir, record }) => ready(dir, record))
 
-  /**
-   * Holds the computer for the Scope: refused (Conflict) while another live server holds it. The
-   * workspace is made ready (a record of an older version completed).
-   */
-  const claim = (instance: Instance): Effect.Effect<Workspace, ProviderError, Scope.Scope> =>
-    Effect.acquireRelease(
-      Effect.gen(function*() {
-        const { dir, record } = yield* locate(instance)
-        const holder = record.holder
-        if (heldElsewhere(holder)) {
-          return yield* providerError(
-            NAME,
-            `connect to computer '${record.metadata.id}'`,
-            "Conflict",
-            `it is in use by another kilntainers server (pid ${holder!.pid})`
-          )
-        }
-        const workspace = yield* ready(dir, record)
-        const held: Keyed = { ...workspace.record, holder: options.self }
-        yield* ComputerRecord.write(dir, held)
-        return { ...workspace, record: held }
-      }),
-      ({ record }) => letGo(record.key)
-    )
-
-  return { find, create, start, remove, adopt, claim }
+  return { find, create, start, remove, adopt, open, dirOf }
 }
