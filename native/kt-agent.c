@@ -310,7 +310,7 @@ int main(int argc, char **argv) {
     if (write(1, ready, sizeof ready - 1) < 0) { /* the launcher went away: the computer lives on */ }
   }
   to_null(1);
-  if (notice[0]) agent_log("%s", notice);
+  if (notice[0]) conn_notice(notice);
 
   struct epoll_event evs[64];
   for (;;) {

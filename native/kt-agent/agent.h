@@ -103,6 +103,8 @@ void conn_u32(struct conn *c, int type, uint32_t id, uint32_t v);
 int conn_room(const struct conn *c);
 /* The connection that serves relay streams now (the latest that asked to), or NULL. */
 struct conn *conn_relay(void);
+/* What every server is told once it is attached (a startup notice). */
+void conn_notice(const char *text);
 /* Diagnostics of the agent itself, to every attached server. */
 void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

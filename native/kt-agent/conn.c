@@ -61,6 +61,12 @@ static int listen_fd = -1;
 static struct conn **conns;
 static size_t nconns;
 static uint64_t relay_seq;
+/* Said to every server once it is attached (e.g. a bounding set the agent could not clear at start). */
+static char notice[MAX_TEXT];
+
+void conn_notice(const char *text) {
+  snprintf(notice, sizeof notice, "%s", text);
+}
 
 void conn_listen(int fd) {
   listen_fd = fd;
@@ -201,6 +207,7 @@ static void authenticate(struct conn *c, const char *pl) {
   put64(welcome + 52, wall_ms());
   put32(welcome + 60, 0);
   conn_frame(c, T_WELCOME, 0, welcome, sizeof welcome, NULL, 0);
+  if (notice[0]) conn_text(c, T_LOG, 0, notice);
 }
 
 static void step(struct conn *c, uint32_t id, const char *pl, size_t len) {

@@ -5,6 +5,7 @@ import { appendFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSyn
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll } from "vitest"
+import { newKey } from "../../src/layers/backends/agent/AgentHandshake.js"
 import * as AgentLauncher from "../../src/layers/backends/agent/AgentLauncher.js"
 import * as NativeChecksums from "../../src/layers/backends/agent/NativeChecksums.js"
 import { root } from "../support/McpHarness.js"
@@ -109,18 +110,18 @@ describeIf(crossCompilers, "Debian's compilers for x86-64 and arm64 (gcc, gcc-aa
         const agent = lookup._tag === "Verified" ? lookup.path : ""
         const dir = mkdtempSync(join(work, "run-"))
         // seccomp filters are not emulated by qemu-user; everything else of the agent runs as on arm64.
-        const client = yield* AgentLauncher.make("host", {
+        const place = { socket: join(dir, "agent.sock"), key: newKey() }
+        yield* Effect.addFinalizer(() => AgentLauncher.stop("host", place))
+        const client = yield* AgentLauncher.open("host", place, Effect.succeed({
           file: "qemu-aarch64-static",
-          args: [agent, "--no-seccomp"],
+          args: [agent, "--listen", place.socket, "--store", join(dir, "store"), "--no-seccomp"],
           cwd: dir,
-          env: { PATH: "/usr/bin:/bin" },
-          channel: join(dir, "channel")
-        })
+          env: { PATH: "/usr/bin:/bin" }
+        }), false)
         let output = ""
         const exited = yield* Deferred.make<number | null>()
         yield* client.spawn({ argv: ["sh", "-c", "echo hello from $(uname -m); exit 7"], cwd: dir, env: { PATH: "/usr/bin:/bin" } }, {
-          onStdout: (data) => (output += Buffer.from(data).toString()),
-          onStderr: (data) => (output += Buffer.from(data).toString()),
+          onOutput: (_stream, _offset, data) => (output += Buffer.from(data).toString()),
           onExit: (exit) => Deferred.unsafeDone(exited, Effect.succeed(exit.exitCode)),
           onClosed: () => {}
         })

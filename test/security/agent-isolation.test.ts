@@ -2,7 +2,9 @@
  * Attacks on the agent from inside a computer, as a guest would try them (fixtures/agent-attacks.c): open the agent's
  * descriptors (its output channel is /proc/<agent>/fd/1) to forge frames, read its memory and
  * environment, ptrace it or its shepherd, use keyrings, mount, new user namespaces, bpf, perf,
- * setns, typing into the terminal (TIOCSTI). Run on the host sandbox with the server as root, on the
+ * setns, typing into the terminal (TIOCSTI), and reach the agent's socket: on the host it is nowhere in
+ * the guest's view; in a container it is, and a connection that does not prove the computer's key is
+ * closed (a SPAWN before any proof, a forged proof). Run on the host sandbox with the server as root, on the
  * host sandbox started as an unprivileged user, and in a Docker container (where the guest is root
  * with a few capabilities, but not CAP_SYS_PTRACE). Nothing here changes the machine: every attempt
  * either fails or is undone (a ptrace attach of the guest's own child, which must work).
@@ -15,6 +17,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
 import type { AgentClient } from "../../src/layers/backends/agent/AgentClient.js"
+import { newKey } from "../../src/layers/backends/agent/AgentHandshake.js"
 import * as AgentLauncher from "../../src/layers/backends/agent/AgentLauncher.js"
 import * as NativeBinaries from "../../src/layers/backends/agent/NativeBinaries.js"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
@@ -105,6 +108,8 @@ describeIf(bwrapWorks, "bubblewrap")("the agent is out of a guest's reach: host 
         checkCommon(result, tty)
         assert.strictEqual(result["CapEff"], "0000000000000000")
         assert.strictEqual(result["CapPrm"], "0000000000000000")
+        // The agent's socket is in the computer's directory on the host, never in the sandbox.
+        assert.strictEqual(result["socket_in_view"], "none")
       }
       // The computer still works after all that.
       assert.strictEqual(yield* collect(computer, { argv: ["echo", "fine"], cwd: "/home/agent", env: { PATH } }), "fine\n")
@@ -116,24 +121,27 @@ describeIf(bwrapWorks, "bubblewrap")("the agent is out of a guest's reach: host 
       const home = mkdtempSync(join(tmpdir(), "kt-isolation-nobody-"))
       chmodSync(home, 0o777)
       copyFileSync(ATTACKS, join(home, "kt-attacks"))
-      const client: AgentClient = yield* AgentLauncher.make("host", {
+      // The agent's socket and store in a directory bound in, reachable from here.
+      const outside = mkdtempSync(join(tmpdir(), "kt-isolation-socket-"))
+      chmodSync(outside, 0o777)
+      const place = { socket: join(outside, "agent.sock"), key: newKey() }
+      const client: AgentClient = yield* AgentLauncher.open("host", place, Effect.succeed({
         file: "/usr/bin/setpriv",
         args: [
           "--reuid=65534", "--regid=65534", "--clear-groups", "--",
           "/usr/bin/bwrap", ...sandboxArgs({ hostname: "nobody-test", network: false }),
           "--bind", home, "/home/agent",
+          "--bind", outside, "/run/kt",
           "--ro-bind", binaries.agent, "/run/kt-agent",
-          "--", "/run/kt-agent", "--caps", "drop"
+          "--", "/run/kt-agent", "--listen", "/run/kt/agent.sock", "--store", "/run/kt/store", "--bound", "--caps", "drop"
         ],
         cwd: home,
-        env: { PATH },
-        channel: join(dir, `nobody-${process.pid}.fifo`)
-      })
+        env: { PATH }
+      }), true)
       let stdout = ""
       let closed = false
-      yield* client.spawn({ argv: ["/home/agent/kt-attacks"], cwd: "/home/agent", env: { PATH } }, {
-        onStdout: (data) => (stdout += Buffer.from(data).toString()),
-        onStderr: () => {},
+      yield* client.spawn({ argv: ["/home/agent/kt-attacks", "/run/kt/agent.sock"], cwd: "/home/agent", env: { PATH } }, {
+        onOutput: (stream, _offset, data) => (stream === "stdout" ? (stdout += Buffer.from(data).toString()) : undefined),
         onExit: () => {},
         onClosed: () => (closed = true)
       })
@@ -141,6 +149,9 @@ describeIf(bwrapWorks, "bubblewrap")("the agent is out of a guest's reach: host 
       const result = parse(stdout)
       checkCommon(result, false)
       assert.strictEqual(result["CapEff"], "0000000000000000")
+      // This sandbox shows the socket (a test's layout, not the backend's): it still takes no one without the key.
+      assert.strictEqual(result["socket_early_spawn"], "closed")
+      assert.strictEqual(result["socket_forged_auth"], "closed")
       rmSync(home, { recursive: true, force: true })
     }), 60_000)
 })
@@ -166,7 +177,7 @@ describeIf(dockerWorks, requirement())("the agent is out of a guest's reach: Doc
       yield* Effect.promise(() => docker().getContainer(instance.providerId).putArchive(archive.stdout, { path: "/" }))
       for (const tty of [false, true]) {
         const stdout = yield* collect(computer, {
-          argv: ["/kt-attacks"],
+          argv: ["/kt-attacks", "/.kilntainers/run/agent.sock"],
           cwd: DockerBackend.HOME,
           env: { PATH },
           ...(tty ? { tty: { cols: 200, rows: 50 } } : {})
@@ -175,6 +186,10 @@ describeIf(dockerWorks, requirement())("the agent is out of a guest's reach: Doc
         checkCommon(result, tty)
         // Docker keeps the container's reduced set for root (apt and dpkg need it), and it is not empty.
         assert.notStrictEqual(result["CapEff"], "0000000000000000")
+        // Root in the container sees the agent's socket, and is not taken for a server.
+        assert.strictEqual(result["socket_in_view"], "/.kilntainers/run/agent.sock")
+        assert.strictEqual(result["socket_early_spawn"], "closed")
+        assert.strictEqual(result["socket_forged_auth"], "closed")
       }
       assert.strictEqual(yield* collect(computer, { argv: ["echo", "fine"], cwd: DockerBackend.HOME, env: { PATH } }), "fine\n")
     }), 120_000)

@@ -60,7 +60,7 @@ export interface AgentLink {
 }
 
 export interface AgentOptions {
-  /** Called when the connection ends other than through `detach` or `shutdown`. */
+  /** Called when the connection ends, once established, other than through `detach` or `shutdown`. */
   readonly onLost?: ((reason: string) => void) | undefined
   /** Where connections to the agent's relay port go: this connection then carries them. */
   readonly relay?: RelayListener | undefined
@@ -197,7 +197,8 @@ export class AgentClient {
     this.link.channel.destroy()
     this.relay.dead()
     Deferred.unsafeDone(this.greeted, Exit.fail(reason))
-    if (!this.leaving) this.options.onLost?.(reason)
+    // An attach that never got through says so through `ready`; only an established connection is lost.
+    if (!this.leaving && this.welcomed !== undefined) this.options.onLost?.(reason)
     const pending = [...this.pending.values()]
     this.pending.clear()
     for (const request of pending) (request.resume as (result: { error: string }) => void)({ error: this.dead })

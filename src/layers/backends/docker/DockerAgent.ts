@@ -177,6 +177,15 @@ const attach = (
     return client
   })
 
+/** Attaches to the container's agent (its computer's socket), proving `key`; detached when the Scope closes. */
+export const attachAgent = (
+  backend: string,
+  docker: Docker,
+  containerId: string,
+  key: string,
+  options: AgentClient.AgentOptions = {}
+): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> => attach(backend, docker, containerId, socketOf(key, true), key, options)
+
 /**
  * The container's agent: attached when it runs, else copied in, started and attached. Fails when
  * it cannot be started (the caller decides whether the container does without).

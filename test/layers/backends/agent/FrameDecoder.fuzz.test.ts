@@ -8,6 +8,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { encodeFrame, FrameType, HEADER_SIZE, MAX_TEXT } from "../../../../src/layers/backends/agent/AgentProtocol.js"
 import { FrameDecoder } from "../../../../src/layers/backends/agent/FrameDecoder.js"
+import * as Frames from "../../../support/AgentFrames.js"
 
 const SEED = 0x6b746532
 const CASES = 30_000
@@ -31,34 +32,68 @@ const bytes = (rng: Rng, n: number) => {
   for (let i = 0; i < n; i++) b[i] = int(rng, 256)
   return b
 }
-const u32 = (n: number) => {
-  const b = Buffer.alloc(4)
-  b.writeUInt32LE(n >>> 0)
-  return b
-}
 
 interface Case {
   readonly frames: Array<Buffer>
-  readonly ids: ReadonlyArray<number>
+  /** What the server asked, by tag. */
+  readonly asked: ReadonlyArray<readonly [number, Parameters<FrameDecoder["answers"]["expect"]>[1]]>
+  readonly relay: boolean
 }
 
-/** A protocol-valid stream: READY, then interleaved process lives and relay streams. */
+/** A protocol-valid stream: HELLO, WELCOME, then interleaved lives of processes, answers and relay streams. */
 const validCase = (rng: Rng): Case => {
   const relay = rng() < 0.5
-  const frames = [encodeFrame(FrameType.Ready, 0, Buffer.concat([u32(2), u32(relay ? 3128 : 0)]))]
-  const ids: Array<number> = []
-  for (let i = 1 + int(rng, 4), id = 0; i > 0; i--) ids.push(id += 1 + int(rng, 5))
-  // Each life: a script of frames, played out interleaved.
-  const lives: Array<Array<Buffer>> = ids.map((id) => {
-    if (rng() < 0.15) return [encodeFrame(FrameType.SpawnFailed, id, bytes(rng, int(rng, 40)))]
-    const life = [encodeFrame(FrameType.Started, id, u32(1 + int(rng, 30000)))]
-    const output = () => encodeFrame(rng() < 0.7 ? FrameType.Stdout : FrameType.Stderr, id, bytes(rng, 1 + int(rng, 64)))
+  const frames: Array<Buffer> = [Frames.greeting()]
+  const asked: Array<readonly [number, Parameters<FrameDecoder["answers"]["expect"]>[1]]> = []
+  const lives: Array<Array<Buffer>> = []
+  let tag = 0
+  let handle = 0
+  for (let n = 1 + int(rng, 4); n > 0; n--) {
+    const t = ++tag
+    const h = (handle += 1 + int(rng, 5))
+    if (rng() < 0.15) {
+      asked.push([t, { kind: "spawn" }])
+      lives.push([encodeFrame(FrameType.SpawnFailed, t, bytes(rng, int(rng, 40)))])
+      continue
+    }
+    const at = { stdout: int(rng, 3) * 100, stderr: 0 }
+    const life: Array<Buffer> = []
+    if (rng() < 0.3) {
+      asked.push([t, { kind: "watch", handle: h, stdout: at.stdout, stderr: 0 }])
+      life.push(Frames.watching(t, { handle: h }))
+    } else {
+      at.stdout = 0
+      asked.push([t, { kind: "spawn" }])
+      life.push(Frames.started(t, h, 1 + int(rng, 30000)))
+    }
+    const output = () => {
+      const stream = rng() < 0.7 ? "stdout" as const : "stderr" as const
+      const data = bytes(rng, 1 + int(rng, 64))
+      // Now and then the bytes before fell out of the computer's store.
+      if (rng() < 0.1) at[stream] += int(rng, 500)
+      const frame = Frames.output(h, at[stream], data, stream)
+      at[stream] += data.length
+      return frame
+    }
     for (let i = int(rng, 5); i > 0; i--) life.push(output())
-    life.push(encodeFrame(FrameType.Exit, id, Buffer.concat([Buffer.from([0]), u32(int(rng, 256)), u32(int(rng, 5))])))
+    life.push(Frames.exit(h, 0, int(rng, 256), int(rng, 5), [at.stdout, at.stderr]))
     for (let i = int(rng, 3); i > 0; i--) life.push(output())
-    if (rng() < 0.9) life.push(encodeFrame(FrameType.Closed, id, u32(int(rng, 3))))
-    return life
-  })
+    if (rng() < 0.9) life.push(Frames.closed(h, int(rng, 3)))
+    lives.push(life)
+  }
+  if (rng() < 0.4) {
+    const t = ++tag
+    asked.push([t, { kind: "read", from: 10, most: 100 }])
+    lives.push([Frames.readResult(t, 10 + int(rng, 5), 200, bytes(rng, int(rng, 90)))])
+  }
+  if (rng() < 0.4) {
+    const t = ++tag
+    asked.push([t, { kind: "list" }])
+    const life = []
+    for (let i = int(rng, 3); i > 0; i--) life.push(Frames.proc(t, { handle: 1 + int(rng, 50), meta: bytes(rng, int(rng, 30)).toString("hex") }))
+    life.push(encodeFrame(FrameType.ListEnd, t))
+    lives.push(life)
+  }
   if (relay) {
     for (let stream = 1; stream <= 1 + int(rng, 3); stream++) {
       const life = [encodeFrame(FrameType.RelayOpen, stream)]
@@ -74,7 +109,6 @@ const validCase = (rng: Rng): Case => {
   for (;;) {
     const open = lives.map((life, i) => (cursors[i]! < life.length ? i : -1)).filter((i) => i >= 0)
     if (open.length === 0) break
-    // The first unfinished relay life goes before later ones start (RELAY_OPEN ids increase).
     const pick = open[int(rng, open.length)]!
     const life = lives[pick]!
     const isRelayOpen = life[0]!.readUInt8(4) === FrameType.RelayOpen && cursors[pick] === 0
@@ -83,7 +117,7 @@ const validCase = (rng: Rng): Case => {
     frames.push(life[cursors[pick]!]!)
     cursors[pick]!++
   }
-  return { frames, ids }
+  return { frames, asked, relay }
 }
 
 const mutate = (rng: Rng, stream: Buffer): Buffer => {
@@ -116,17 +150,17 @@ const mutate = (rng: Rng, stream: Buffer): Buffer => {
       return copy.subarray(0, int(rng, copy.length))
     default: { // a type byte replaced
       const at = int(rng, copy.length)
-      copy[at] = int(rng, 40)
+      copy[at] = int(rng, 45)
       return copy
     }
   }
 }
 
 /** Feeds the input in random chunks and checks the protocol invariants of what comes out. */
-const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>) => {
-  const started = new Set<number>()
-  const exited = new Set<number>()
-  const closed = new Set<number>()
+const run = (rng: Rng, input: Buffer, test: Case) => {
+  const tags = new Map(test.asked)
+  const watched = new Map<number, { stdout: number; stderr: number; exited: boolean }>()
+  const answered = new Set<number>()
   const streams = new Set<number>()
   let violations = 0
   let afterViolation = 0
@@ -135,26 +169,50 @@ const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>) => {
     if (violations > 0) afterViolation++
     if (!ok && broken === undefined) broken = what
   }
+  const answer = (tag: number, kind: string) => {
+    check(tags.get(tag)?.kind === kind && !answered.has(tag), `answer ${tag} ${kind}`)
+    answered.add(tag)
+  }
   const decoder = new FrameDecoder({
-    ready: () => check(true, ""),
-    started: (id) => {
-      check(ids.includes(id) && !started.has(id), `started ${id}`)
-      started.add(id)
+    hello: () => check(true, ""),
+    welcome: () => check(true, ""),
+    started: (tag, handle) => {
+      answer(tag, "spawn")
+      check(!watched.has(handle), `started p${handle}`)
+      watched.set(handle, { stdout: 0, stderr: 0, exited: false })
     },
-    spawnFailed: (id) => check(ids.includes(id) && !started.has(id), `spawnFailed ${id}`),
-    output: (id, _stream, data) => check(started.has(id) && !closed.has(id) && data.byteLength > 0, `output ${id}`),
-    exit: (id, exit) => {
-      check(started.has(id) && !exited.has(id) && (exit.exitCode === null) !== (exit.signal === null), `exit ${id}`)
-      exited.add(id)
+    spawnFailed: (tag) => answer(tag, "spawn"),
+    watching: (tag, record) => {
+      answer(tag, "watch")
+      const asked = tags.get(tag)
+      check(asked?.kind === "watch" && asked.handle === record.handle && !watched.has(record.handle), `watching ${tag}`)
+      if (asked?.kind === "watch") watched.set(record.handle, { stdout: asked.stdout, stderr: asked.stderr, exited: false })
     },
-    closed: (id) => {
-      check(exited.has(id) && !closed.has(id), `closed ${id}`)
-      closed.add(id)
+    output: (handle, stream, offset, data) => {
+      const watch = watched.get(handle)
+      check(watch !== undefined && offset >= watch[stream] && data.byteLength > 0, `output p${handle}`)
+      if (watch) watch[stream] = offset + data.byteLength
     },
-    released: () => check(false, "released without a release"),
+    exit: (handle, exit) => {
+      const watch = watched.get(handle)
+      check(watch !== undefined && !watch.exited && (exit.exitCode === null) !== (exit.signal === null), `exit p${handle}`)
+      if (watch) watch.exited = true
+    },
+    closed: (handle) => {
+      check(watched.get(handle)?.exited === true, `closed p${handle}`)
+      watched.delete(handle)
+    },
+    unwatched: () => check(false, "unwatched without an unwatch"),
+    readStart: (tag, start, total) => check(tags.get(tag)?.kind === "read" && !answered.has(tag) && start <= total, `read ${tag}`),
+    readData: (tag, data) => check(tags.get(tag)?.kind === "read" && data.byteLength <= 100, `read data ${tag}`),
+    readEnd: (tag) => answer(tag, "read"),
+    record: (tag, record) => check(tags.get(tag)?.kind === "list" && !answered.has(tag) && record.handle > 0, `record ${tag}`),
+    listEnd: (tag) => answer(tag, "list"),
+    failed: (tag) => answer(tag, tags.get(tag)?.kind === "read" ? "read" : "watch"),
+    stepResult: (tag) => answer(tag, "step"),
     log: (text) => check(Buffer.byteLength(text) <= 4 * MAX_TEXT, "log"),
     relayOpen: (id) => {
-      check(!streams.has(id), `relayOpen ${id}`)
+      check(test.relay && !streams.has(id), `relayOpen ${id}`)
       streams.add(id)
     },
     relayData: (id, data) => check(streams.has(id) && data.byteLength > 0, `relayData ${id}`),
@@ -168,7 +226,8 @@ const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>) => {
       violations++
     }
   })
-  for (const id of ids) decoder.expectSpawn(id)
+  for (const [tag, asked] of test.asked) decoder.answers.expect(tag, asked)
+  if (test.relay) decoder.relay.enable()
   let offset = 0
   while (offset < input.length) {
     const n = 1 + int(rng, rng() < 0.5 ? 16 : HEADER_SIZE * 40)
@@ -185,11 +244,11 @@ describe("FrameDecoder fuzz", () => {
     const started = performance.now()
     for (let i = 0; i < CASES; i++) {
       const kind = i % 10 < 2 ? "valid" : i % 10 < 9 ? "mutated" : "random"
-      const { frames, ids } = validCase(rng)
-      let input: Buffer = Buffer.concat(frames)
+      const test = validCase(rng)
+      let input: Buffer = Buffer.concat(test.frames)
       if (kind === "mutated") for (let m = 1 + int(rng, 3); m > 0; m--) input = mutate(rng, input)
       if (kind === "random") input = bytes(rng, int(rng, 400))
-      const result = run(rng, input, ids)
+      const result = run(rng, input, test)
       tally[kind]++
       if (result.violations > 0) tally.violations++
       // Plain checks first: chai's assertions cost more than a case.

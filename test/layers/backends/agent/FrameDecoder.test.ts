@@ -1,28 +1,43 @@
 import { assert, describe, it } from "@effect/vitest"
-import { encodeFrame, encodeSpawn, FrameType, MAX_OUTPUT, RELAY_WINDOW } from "../../../../src/layers/backends/agent/AgentProtocol.js"
+import { encodeFrame, FrameType, MAX_OUTPUT, MAX_READ, RELAY_WINDOW } from "../../../../src/layers/backends/agent/AgentProtocol.js"
 import { type DecoderHandler, FrameDecoder } from "../../../../src/layers/backends/agent/FrameDecoder.js"
+import { closed, exit, greeting, hello, output, proc, readResult, started, u32, u64, watching, welcome } from "../../../support/AgentFrames.js"
 
 type Seen = { readonly event: string; readonly id: number; readonly data: string }
 
-/** A decoder whose events are recorded as strings; output pieces of one frame are merged. */
+/** A decoder whose events are recorded as strings; streamed pieces of one frame are merged. */
 const recorder = (overrides: Partial<DecoderHandler> = {}) => {
   const seen: Array<Seen> = []
   const add = (event: string, id: number, data = "") => {
     const last = seen[seen.length - 1]
-    if ((event === "stdout" || event === "stderr" || event === "relayData") && last?.event === event && last.id === id) {
+    if (["stdout", "stderr", "relayData", "readData"].includes(event) && last?.event === event && last.id === id) {
       seen[seen.length - 1] = { ...last, data: last.data + data }
     } else {
       seen.push({ event, id, data })
     }
   }
+  let at = -1
   const decoder = new FrameDecoder({
-    ready: (version, port) => add("ready", 0, `${version}/${port}`),
-    started: (id, pid) => add("started", id, String(pid)),
-    spawnFailed: (id, reason) => add("spawnFailed", id, reason),
-    output: (id, stream, data) => add(stream, id, Buffer.from(data).toString("latin1")),
-    exit: (id, exit, ended) => add("exit", id, `${exit.exitCode}/${exit.signal}/${ended}`),
-    closed: (id, ended) => add("closed", id, String(ended)),
-    released: (id) => add("released", id),
+    hello: () => add("hello", 0),
+    welcome: () => add("welcome", 0),
+    started: (tag, handle, pid) => add("started", tag, `p${handle}/${pid}`),
+    spawnFailed: (tag, reason) => add("spawnFailed", tag, reason),
+    output: (handle, stream, offset, data) => {
+      // Offsets of a frame's pieces continue each other; a new frame says where it starts.
+      add(stream, handle, `${offset === at ? "" : `@${offset}:`}${Buffer.from(data).toString("latin1")}`)
+      at = offset + data.length
+    },
+    exit: (handle, info, ended, totals) => add("exit", handle, `${info.exitCode}/${info.signal}/${ended}/${totals.stdout}+${totals.stderr}`),
+    closed: (handle, ended) => add("closed", handle, String(ended)),
+    unwatched: (handle) => add("unwatched", handle),
+    watching: (tag, record) => add("watching", tag, `p${record.handle}/${record.state}`),
+    readStart: (tag, start, total) => add("readStart", tag, `${start}/${total}`),
+    readData: (tag, data) => add("readData", tag, Buffer.from(data).toString("latin1")),
+    readEnd: (tag) => add("readEnd", tag),
+    record: (tag, record) => add("record", tag, `p${record.handle}/${record.state}/${record.meta}/${record.note}`),
+    listEnd: (tag) => add("listEnd", tag),
+    failed: (tag, reason) => add("failed", tag, reason),
+    stepResult: (tag, granted, holder) => add("step", tag, `${granted}/${holder}`),
     log: (text) => add("log", 0, text),
     relayOpen: (id) => add("relayOpen", id),
     relayData: (id, data) => add("relayData", id, Buffer.from(data).toString("latin1")),
@@ -35,102 +50,121 @@ const recorder = (overrides: Partial<DecoderHandler> = {}) => {
   return { decoder, seen }
 }
 
-const u32 = (n: number) => {
-  const b = Buffer.alloc(4)
-  b.writeUInt32LE(n)
-  return b
-}
-const ready = (port = 0) => encodeFrame(FrameType.Ready, 0, Buffer.concat([u32(2), u32(port)]))
-const exitFrame = (id: number, kind: number, value: number, ended = 0) =>
-  encodeFrame(FrameType.Exit, id, Buffer.concat([Buffer.from([kind]), u32(value), u32(ended)]))
 const violations = (seen: ReadonlyArray<Seen>) => seen.filter((s) => s.event === "violation").map((s) => s.data)
 
 describe("FrameDecoder", () => {
-  const stream = Buffer.concat([
-    ready(),
-    encodeFrame(FrameType.Started, 7, u32(4242)),
-    encodeFrame(FrameType.Stdout, 7, Buffer.from("hello world")),
-    encodeFrame(FrameType.Stderr, 7, Buffer.from("oops")),
+  const life = Buffer.concat([
+    greeting(),
+    started(7, 3, 4242),
+    output(3, 0, "hello world"),
+    output(3, 0, "oops", "stderr"),
     encodeFrame(FrameType.Log, 0, Buffer.from("note")),
-    exitFrame(7, 0, 3, 2),
-    encodeFrame(FrameType.Stdout, 7, Buffer.from("late")),
-    encodeFrame(FrameType.Closed, 7, u32(1))
+    exit(3, 0, 3, 2, [11, 4]),
+    output(3, 11, "late"),
+    closed(3, 1)
   ])
   const expected: Array<Seen> = [
-    { event: "ready", id: 0, data: "2/0" },
-    { event: "started", id: 7, data: "4242" },
-    { event: "stdout", id: 7, data: "hello world" },
-    { event: "stderr", id: 7, data: "oops" },
+    { event: "hello", id: 0, data: "" },
+    { event: "welcome", id: 0, data: "" },
+    { event: "started", id: 7, data: "p3/4242" },
+    { event: "stdout", id: 3, data: "@0:hello world" },
+    { event: "stderr", id: 3, data: "@0:oops" },
     { event: "log", id: 0, data: "note" },
-    { event: "exit", id: 7, data: "3/null/2" },
-    { event: "stdout", id: 7, data: "late" },
-    { event: "closed", id: 7, data: "1" }
+    { event: "exit", id: 3, data: "3/null/2/11+4" },
+    { event: "stdout", id: 3, data: "@11:late" },
+    { event: "closed", id: 3, data: "1" }
   ]
 
-  it("decodes a process's frames delivered in one chunk", () => {
+  it("decodes a process's life delivered in one chunk", () => {
     const { decoder, seen } = recorder()
-    decoder.expectSpawn(7)
-    decoder.push(stream)
+    decoder.answers.expect(7, { kind: "spawn" })
+    decoder.push(life)
     assert.deepStrictEqual(seen, expected)
   })
 
   it("decodes frames split at every possible byte boundary, and byte by byte", () => {
-    for (let cut = 1; cut < stream.length; cut++) {
+    for (let cut = 1; cut < life.length; cut++) {
       const { decoder, seen } = recorder()
-      decoder.expectSpawn(7)
-      decoder.push(stream.subarray(0, cut))
-      decoder.push(stream.subarray(cut))
+      decoder.answers.expect(7, { kind: "spawn" })
+      decoder.push(life.subarray(0, cut))
+      decoder.push(life.subarray(cut))
       assert.deepStrictEqual(seen, expected, `cut at ${cut}`)
     }
     const { decoder, seen } = recorder()
-    decoder.expectSpawn(7)
-    for (const byte of stream) decoder.push(Buffer.from([byte]))
+    decoder.answers.expect(7, { kind: "spawn" })
+    for (const byte of life) decoder.push(Buffer.from([byte]))
     assert.deepStrictEqual(seen, expected)
   })
 
   it("hands output over as views of the input, without copying", () => {
     let view: Uint8Array | undefined
-    const { decoder } = recorder({ output: (_id, _stream, data) => (view = data) })
-    decoder.expectSpawn(1)
-    const input = Buffer.concat([ready(), encodeFrame(FrameType.Started, 1, u32(9)), encodeFrame(FrameType.Stdout, 1, Buffer.alloc(1000, 120))])
+    const { decoder } = recorder({ output: (_handle, _stream, _offset, data) => (view = data) })
+    decoder.answers.expect(1, { kind: "spawn" })
+    const input = Buffer.concat([greeting(), started(1, 1), output(1, 0, Buffer.alloc(1000, 120))])
     decoder.push(input)
     assert.strictEqual(view?.buffer, input.buffer)
     assert.strictEqual(view?.byteLength, 1000)
   })
 
-  it("reports a signal death by name, and the teardown counts of EXIT and CLOSED", () => {
+  it("passes on an offset past a gap (bytes that fell out of the computer's store before they were sent)", () => {
     const { decoder, seen } = recorder()
-    decoder.expectSpawn(1)
-    decoder.push(Buffer.concat([ready(), encodeFrame(FrameType.Started, 1, u32(9)), exitFrame(1, 1, 9, 3), encodeFrame(FrameType.Closed, 1, u32(2))]))
-    assert.deepStrictEqual(seen.slice(2), [{ event: "exit", id: 1, data: "null/SIGKILL/3" }, { event: "closed", id: 1, data: "2" }])
-  })
-
-  it("accepts SPAWN_FAILED for a requested spawn", () => {
-    const { decoder, seen } = recorder()
-    decoder.expectSpawn(3)
-    decoder.push(Buffer.concat([ready(), encodeFrame(FrameType.SpawnFailed, 3, Buffer.from("No such file"))]))
-    assert.deepStrictEqual(seen[1], { event: "spawnFailed", id: 3, data: "No such file" })
+    decoder.answers.expect(1, { kind: "spawn" })
+    decoder.push(Buffer.concat([greeting(), started(1, 1), output(1, 0, "head"), output(1, 1000, "tail"), exit(1, 0, 0, 0, [1004, 0])]))
+    assert.deepStrictEqual(seen.slice(3).map((s) => s.data), ["@0:head@1000:tail", "0/null/0/1004+0"])
     assert.deepStrictEqual(violations(seen), [])
   })
 
-  it("drops a released process's frames until RELEASED, and rejects anything for it afterwards", () => {
+  it("follows a watched process from the offsets asked, with its record", () => {
     const { decoder, seen } = recorder()
-    decoder.expectSpawn(5)
-    decoder.push(Buffer.concat([ready(), encodeFrame(FrameType.Started, 5, u32(9)), encodeFrame(FrameType.Stdout, 5, Buffer.from("a"))]))
-    decoder.releasing(5)
-    assert.isFalse(decoder.isLive(5))
-    decoder.push(Buffer.concat([
-      encodeFrame(FrameType.Stdout, 5, Buffer.from("dropped")),
-      exitFrame(5, 0, 0),
-      encodeFrame(FrameType.Closed, 5, u32(0)),
-      encodeFrame(FrameType.Released, 5)
-    ]))
-    assert.deepStrictEqual(seen.map((s) => s.event), ["ready", "started", "stdout", "released"])
-    decoder.push(encodeFrame(FrameType.Stdout, 5, Buffer.from("forged")))
-    assert.match(violations(seen)[0]!, /STDOUT for process 5, which was never started/)
+    decoder.answers.expect(4, { kind: "watch", handle: 9, stdout: 50, stderr: 7 })
+    decoder.push(Buffer.concat([greeting(), watching(4, { handle: 9 }), output(9, 50, "x"), output(9, 7, "y", "stderr")]))
+    assert.deepStrictEqual(seen.slice(2), [
+      { event: "watching", id: 4, data: "p9/running" },
+      { event: "stdout", id: 9, data: "@50:x" },
+      { event: "stderr", id: 9, data: "@7:y" }
+    ])
   })
 
-  const rejects = (name: string, frames: ReadonlyArray<Buffer>, pattern: RegExp, setup: (d: FrameDecoder) => void = (d) => d.expectSpawn(1)) =>
+  it("answers reads, listings, failures and steps by their tags", () => {
+    const { decoder, seen } = recorder()
+    decoder.answers.expect(1, { kind: "read", from: 10, most: 100 })
+    decoder.answers.expect(2, { kind: "list" })
+    decoder.answers.expect(3, { kind: "watch", handle: 5, stdout: 0, stderr: 0 })
+    decoder.answers.expect(4, { kind: "step" })
+    decoder.push(Buffer.concat([
+      greeting(),
+      readResult(1, 10, 40, "0123456789"),
+      proc(2, { handle: 1, state: 2, meta: "{\"command\":\"ls\",\"cwd\":\"/\"}", note: "killed" }),
+      proc(2, { handle: 2 }),
+      encodeFrame(FrameType.ListEnd, 2),
+      encodeFrame(FrameType.Failed, 3, Buffer.from("no process p5")),
+      encodeFrame(FrameType.StepResult, 4, Buffer.concat([Buffer.from([0]), Buffer.from("restart")]))
+    ]))
+    assert.deepStrictEqual(seen.slice(2), [
+      { event: "readStart", id: 1, data: "10/40" },
+      { event: "readData", id: 1, data: "0123456789" },
+      { event: "readEnd", id: 1, data: "" },
+      { event: "record", id: 2, data: "p1/closed/{\"command\":\"ls\",\"cwd\":\"/\"}/killed" },
+      { event: "record", id: 2, data: "p2/running//" },
+      { event: "listEnd", id: 2, data: "" },
+      { event: "failed", id: 3, data: "no process p5" },
+      { event: "step", id: 4, data: "false/restart" }
+    ])
+  })
+
+  it("drops an unwatched process's frames until UNWATCHED, then rejects anything for it", () => {
+    const { decoder, seen } = recorder()
+    decoder.answers.expect(1, { kind: "spawn" })
+    decoder.push(Buffer.concat([greeting(), started(1, 5), output(5, 0, "a")]))
+    decoder.answers.unwatch(5)
+    assert.isFalse(decoder.answers.watched(5))
+    decoder.push(Buffer.concat([output(5, 1, "dropped"), exit(5, 0, 0), closed(5), encodeFrame(FrameType.Unwatched, 5)]))
+    assert.deepStrictEqual(seen.map((s) => s.event), ["hello", "welcome", "started", "stdout", "unwatched"])
+    decoder.push(output(5, 9, "forged"))
+    assert.match(violations(seen)[0]!, /STDOUT for p5, which this connection does not watch/)
+  })
+
+  const rejects = (name: string, frames: ReadonlyArray<Buffer>, pattern: RegExp, setup: (d: FrameDecoder) => void = (d) => d.answers.expect(1, { kind: "spawn" })) =>
     it(`rejects ${name}`, () => {
       const { decoder, seen } = recorder()
       setup(decoder)
@@ -141,11 +175,10 @@ describe("FrameDecoder", () => {
       assert.isTrue(decoder.broken)
       // Nothing more, whatever follows.
       const before = seen.length
-      decoder.push(Buffer.concat([ready(), encodeFrame(FrameType.Started, 1, u32(1))]))
+      decoder.push(Buffer.concat([greeting(), started(1, 1)]))
       assert.strictEqual(seen.length, before)
     })
 
-  const started = encodeFrame(FrameType.Started, 1, u32(100))
   const header = (length: number, type: number, id: number) => {
     const h = Buffer.alloc(9)
     h.writeUInt32LE(length, 0)
@@ -153,62 +186,77 @@ describe("FrameDecoder", () => {
     h.writeUInt32LE(id, 5)
     return h
   }
-  rejects("a frame before READY", [started], /STARTED before READY/)
-  rejects("a second READY", [ready(), ready()], /second READY/)
-  rejects("another protocol version", [encodeFrame(FrameType.Ready, 0, Buffer.concat([u32(1), u32(0)]))], /protocol 1/)
-  rejects("an unknown frame type", [ready(), header(0, 99, 1)], /unknown frame type 99/)
-  rejects("a server frame type", [ready(), encodeFrame(FrameType.Spawn, 1, encodeSpawn({ argv: ["x"], cwd: "/", env: {} }))], /unknown frame type 1/)
-  rejects("a 4 GiB output length before reading a byte of it", [ready(), started, header(0xffffffff, FrameType.Stdout, 1)], /STDOUT frame of 4294967295 bytes/)
-  rejects("output bigger than the agent can send", [ready(), started, header(MAX_OUTPUT + 1, FrameType.Stdout, 1)], /allowed: 1\.\.1048576/)
-  rejects("an empty output frame", [ready(), started, header(0, FrameType.Stderr, 1)], /STDERR frame of 0 bytes/)
-  rejects("a long text", [ready(), header(5000, FrameType.Log, 0)], /LOG frame of 5000 bytes/)
-  rejects("a short STARTED", [ready(), header(2, FrameType.Started, 1), Buffer.alloc(2)], /STARTED frame of 2 bytes/)
-  rejects("output for a process never started", [ready(), encodeFrame(FrameType.Stdout, 2, Buffer.from("x"))], /process 2, which was never started/)
-  rejects("output before STARTED", [ready(), encodeFrame(FrameType.Stdout, 1, Buffer.from("x"))], /process 1, which has not started/)
-  rejects("STARTED for a spawn never requested", [ready(), encodeFrame(FrameType.Started, 9, u32(5))], /STARTED for process 9, which the server never started/)
-  rejects("a second STARTED", [ready(), started, started], /second STARTED/)
-  rejects("pid 0", [ready(), encodeFrame(FrameType.Started, 1, u32(0))], /pid 0/)
-  rejects("a second EXIT", [ready(), started, exitFrame(1, 0, 0), exitFrame(1, 0, 0)], /second EXIT for process 1/)
-  rejects("EXIT before STARTED", [ready(), exitFrame(1, 0, 0)], /EXIT for process 1 before STARTED/)
-  rejects("an exit code above 255", [ready(), started, exitFrame(1, 0, 256)], /kind 0 and value 256/)
-  rejects("an unknown exit kind", [ready(), started, exitFrame(1, 7, 1)], /kind 7/)
-  rejects("signal 0", [ready(), started, exitFrame(1, 1, 0)], /kind 1 and value 0/)
-  rejects("CLOSED before EXIT", [ready(), started, encodeFrame(FrameType.Closed, 1, u32(0))], /CLOSED for process 1 before its EXIT/)
-  rejects("frames after CLOSED", [ready(), started, exitFrame(1, 0, 0), encodeFrame(FrameType.Closed, 1, u32(0)), encodeFrame(FrameType.Stdout, 1, Buffer.from("x"))], /never started/)
-  rejects("RELEASED without a release", [ready(), started, encodeFrame(FrameType.Released, 1)], /RELEASED for process 1, which was not released/)
-  rejects("SPAWN_FAILED after STARTED", [ready(), started, encodeFrame(FrameType.SpawnFailed, 1, Buffer.from("x"))], /had started/)
-  rejects("LOG with a process id", [ready(), encodeFrame(FrameType.Log, 4, Buffer.from("x"))], /LOG with id 4/)
-  rejects("RELAY_OPEN without a relay", [ready(), encodeFrame(FrameType.RelayOpen, 1)], /without a relay/)
-  rejects("a reused relay stream id", [ready(3128), encodeFrame(FrameType.RelayOpen, 2), encodeFrame(FrameType.RelayOpen, 2)], /not a new id/)
-  rejects("relay data beyond the window", [
-    ready(3128),
-    encodeFrame(FrameType.RelayOpen, 1),
-    ...Array.from({ length: RELAY_WINDOW / 65536 }, () => encodeFrame(FrameType.RelayData, 1, Buffer.alloc(65536))),
-    encodeFrame(FrameType.RelayData, 1, Buffer.alloc(1))
-  ], /beyond the window of stream 1/)
-  rejects("relay data for a stream not open", [ready(3128), encodeFrame(FrameType.RelayData, 4, Buffer.from("x"))], /stream 4, which is not open/)
-  rejects("relay data after its EOF", [ready(3128), encodeFrame(FrameType.RelayOpen, 1), encodeFrame(FrameType.RelayEof, 1), encodeFrame(FrameType.RelayData, 1, Buffer.from("x"))], /after its EOF/)
-  rejects("a relay credit for data never sent", [ready(3128), encodeFrame(FrameType.RelayOpen, 1), encodeFrame(FrameType.RelayCredit, 1, u32(10))], /has 0 in flight/)
 
-  it("accepts relay data within the window once credited, and credits for data sent", () => {
-    const { decoder, seen } = recorder()
-    decoder.push(Buffer.concat([ready(3128), encodeFrame(FrameType.RelayOpen, 1)]))
-    for (let i = 0; i < 3 * RELAY_WINDOW / 65536; i++) {
-      decoder.push(encodeFrame(FrameType.RelayData, 1, Buffer.alloc(65536, 97)))
-      decoder.relayConsumed(1, 65536)
+  rejects("anything before HELLO", [started(1, 1)], /STARTED before HELLO/)
+  rejects("anything between HELLO and WELCOME", [hello(), encodeFrame(FrameType.Log, 0, Buffer.from("x"))], /LOG before WELCOME/)
+  rejects("another protocol version", [hello(2)], /protocol 2, not 3/)
+  rejects("a second HELLO", [greeting(), hello()], /a second HELLO/)
+  rejects("an unknown frame type", [greeting(), header(0, 99, 1)], /unknown frame type 99/)
+  rejects("output larger than its bound, before buffering it", [greeting(), started(1, 1), header(MAX_OUTPUT + 1, FrameType.Stdout, 1)], /STDOUT frame of 1048577 bytes/)
+  rejects("a read larger than its bound", [greeting(), header(16 + MAX_READ + 1, FrameType.ReadResult, 1)], /READ_RESULT frame of/)
+  rejects("output without an offset", [greeting(), started(1, 1), encodeFrame(FrameType.Stdout, 1, Buffer.alloc(8))], /STDOUT frame of 8 bytes/)
+  rejects("STARTED for a tag that asked nothing", [greeting(), started(2, 1)], /STARTED for tag 2, which asked nothing/)
+  rejects("a second STARTED for a tag", [greeting(), started(1, 1), started(1, 2)], /STARTED for tag 1, which asked nothing/)
+  rejects("STARTED with a handle this connection watches", [greeting(), started(1, 1), started(2, 1)], /p1, which is watched already/, (d) => {
+    d.answers.expect(1, { kind: "spawn" })
+    d.answers.expect(2, { kind: "spawn" })
+  })
+  rejects("STARTED with pid 0", [greeting(), started(1, 1, 0)], /handle 1 and pid 0/)
+  rejects("output for a process nobody watches", [greeting(), output(4, 0, "x")], /STDOUT for p4, which this connection does not watch/)
+  rejects("output that goes back", [greeting(), started(1, 1), output(1, 0, "abc"), output(1, 2, "c")], /at offset 2, before 3/)
+  rejects("an offset beyond what the server can count", [greeting(), started(1, 1), output(1, 2 ** 53, "x")], /at offset/)
+  rejects("a second EXIT", [greeting(), started(1, 1), exit(1, 0, 0), exit(1, 0, 0)], /a second EXIT for p1/)
+  rejects("CLOSED before EXIT", [greeting(), started(1, 1), closed(1)], /CLOSED for p1 before its EXIT/)
+  rejects("an exit code over 255", [greeting(), started(1, 1), exit(1, 0, 256)], /kind 0 and value 256/)
+  rejects("signal 0", [greeting(), started(1, 1), exit(1, 1, 0)], /kind 1 and value 0/)
+  rejects("an unknown exit kind", [greeting(), started(1, 1), exit(1, 2, 1)], /kind 2/)
+  rejects("UNWATCHED that was not asked", [greeting(), encodeFrame(FrameType.Unwatched, 3)], /UNWATCHED for p3, which was not unwatched/)
+  rejects("WATCHING for another process than asked", [greeting(), watching(1, { handle: 6 })], /p6, which was not asked/, (d) => d.answers.expect(1, { kind: "watch", handle: 5, stdout: 0, stderr: 0 }))
+  rejects("a record with a bad state", [greeting(), proc(1, { handle: 1, state: 3 })], /state 3/, (d) => d.answers.expect(1, { kind: "list" }))
+  rejects("a record whose sizes do not add up", [greeting(), encodeFrame(FrameType.Proc, 1, Buffer.concat([proc(1, { handle: 1, meta: "x" }).subarray(9), Buffer.from("extra")]))], /do not add up/, (d) => d.answers.expect(1, { kind: "list" }))
+  rejects("a record of a finished process with a bad exit", [greeting(), proc(1, { handle: 1, state: 1, kind: 1, value: 99 })], /exit 1\/99/, (d) => d.answers.expect(1, { kind: "list" }))
+  rejects("records for a tag that asked no listing", [greeting(), proc(1, { handle: 1 })], /PROC for tag 1, which asked no listing/, () => {})
+  rejects("a read that starts before what was asked", [greeting(), readResult(1, 5, 40, "x")], /not what was asked/, (d) => d.answers.expect(1, { kind: "read", from: 10, most: 100 }))
+  rejects("a read longer than asked", [greeting(), readResult(1, 10, 40, "0123")], /not what was asked/, (d) => d.answers.expect(1, { kind: "read", from: 10, most: 3 }))
+  rejects("a read beyond the stream's total", [greeting(), readResult(1, 38, 40, "0123")], /start 38, 4 bytes and total 40/, (d) => d.answers.expect(1, { kind: "read", from: 38, most: 10 }))
+  rejects("FAILED for a spawn", [greeting(), encodeFrame(FrameType.Failed, 1, Buffer.from("x"))], /FAILED for tag 1, which asked a spawn/)
+  rejects("STEP_RESULT that is neither yes nor no", [greeting(), encodeFrame(FrameType.StepResult, 1, Buffer.from([2]))], /with 2/, (d) => d.answers.expect(1, { kind: "step" }))
+  rejects("LOG with a process id", [greeting(), encodeFrame(FrameType.Log, 3, Buffer.from("x"))], /LOG with id 3/)
+  rejects("RELAY_OPEN on a connection without relay streams", [greeting(), encodeFrame(FrameType.RelayOpen, 1)], /carries no relay streams/)
+
+  describe("relay streams", () => {
+    const relayed = (setup: (d: FrameDecoder) => void = () => {}) => {
+      const { decoder, seen } = recorder()
+      decoder.relay.enable()
+      setup(decoder)
+      return { decoder, seen }
     }
-    decoder.relaySent(1, 100)
-    decoder.push(Buffer.concat([encodeFrame(FrameType.RelayCredit, 1, u32(60)), encodeFrame(FrameType.RelayEof, 1), encodeFrame(FrameType.RelayClosed, 1, Buffer.from([0]))]))
-    assert.deepStrictEqual(violations(seen), [])
-    assert.strictEqual(seen.find((s) => s.event === "relayData")?.data.length, 3 * RELAY_WINDOW)
-    assert.deepStrictEqual(seen.slice(-3).map((s) => `${s.event}:${s.data}`), ["relayCredit:60", "relayEof:", "relayClosed:false"])
+
+    it("checks ids, windows and credits", () => {
+      const { decoder, seen } = relayed()
+      decoder.push(Buffer.concat([greeting(), encodeFrame(FrameType.RelayOpen, 1), encodeFrame(FrameType.RelayData, 1, Buffer.from("GET /"))]))
+      decoder.relay.relaySent(1, 10)
+      decoder.push(Buffer.concat([encodeFrame(FrameType.RelayCredit, 1, u32(10)), encodeFrame(FrameType.RelayEof, 1), encodeFrame(FrameType.RelayClosed, 1, Buffer.from([0]))]))
+      assert.deepStrictEqual(seen.slice(2).map((s) => s.event), ["relayOpen", "relayData", "relayCredit", "relayEof", "relayClosed"])
+      decoder.push(encodeFrame(FrameType.RelayOpen, 1))
+      assert.match(violations(seen)[0]!, /RELAY_OPEN for stream 1, not a new id/)
+    })
+
+    it("rejects data beyond the window, and credit for data never sent", () => {
+      const a = relayed()
+      a.decoder.push(Buffer.concat([greeting(), encodeFrame(FrameType.RelayOpen, 1)]))
+      for (let i = 0; i < RELAY_WINDOW / 65536; i++) a.decoder.push(encodeFrame(FrameType.RelayData, 1, Buffer.alloc(65536)))
+      a.decoder.push(encodeFrame(FrameType.RelayData, 1, Buffer.alloc(1)))
+      assert.match(violations(a.seen)[0]!, /beyond the window of stream 1/)
+      const b = relayed()
+      b.decoder.push(Buffer.concat([greeting(), encodeFrame(FrameType.RelayOpen, 1), encodeFrame(FrameType.RelayCredit, 1, u32(1))]))
+      assert.match(violations(b.seen)[0]!, /RELAY_CREDIT of 1 bytes for stream 1, which has 0 in flight/)
+    })
   })
 
-  it("drops a reset stream's frames until RELAY_CLOSED", () => {
-    const { decoder, seen } = recorder()
-    decoder.push(Buffer.concat([ready(3128), encodeFrame(FrameType.RelayOpen, 1)]))
-    decoder.relayReset(1)
-    decoder.push(Buffer.concat([encodeFrame(FrameType.RelayData, 1, Buffer.from("x")), encodeFrame(FrameType.RelayEof, 1), encodeFrame(FrameType.RelayClosed, 1, Buffer.from([1]))]))
-    assert.deepStrictEqual(seen.map((s) => s.event), ["ready", "relayOpen", "relayClosed"])
+  it("never throws, whatever the bytes", () => {
+    const { decoder } = recorder()
+    assert.doesNotThrow(() => decoder.push(Buffer.concat([welcome(), u64(7), Buffer.alloc(100, 255)])))
+    assert.isTrue(decoder.broken)
   })
 })
