@@ -20,7 +20,8 @@
  * with --listen-fd it serves a socket its launcher bound (kt-sandbox --agent-dir). The agent outlives
  * every server unless --bound: then stdin stays open, and its end (the owning server is gone) ends the
  * computer, as does the parent's death unless --no-parent. The store directory holds the retained
- * output (unnamed files) and the next handle; a second agent on it also exits with status 3.
+ * output (unnamed files) and the next handle; a second agent on it also exits with status 3, and the
+ * agent ends (with every process) once that directory is removed: the computer is gone.
  * --retain is the output kept per stream (a quarter from its start, the rest from its end; default
  * 32 MiB), --max-finished the finished records kept (default 100).
  *
@@ -86,6 +87,15 @@
 
 static int sigfd = -1;
 static int bound;
+/* How often the agent checks that its computer still exists (its store's directory was not removed). */
+#define STORE_CHECK_MS 5000
+
+/* A computer whose directory was removed (deleted from outside, its state directory wiped) is gone:
+ * its agent ends rather than run on with nothing left to it. */
+static void check_store(void) {
+  struct stat st;
+  if (fstat(store_dir, &st) == 0 && st.st_nlink == 0) shutdown_and_exit();
+}
 
 void shutdown_and_exit(void) {
   /* Everything below the agent goes: shepherds, guests and whatever they left behind (bounded). */
@@ -313,9 +323,11 @@ int main(int argc, char **argv) {
   if (notice[0]) conn_notice(notice);
 
   struct epoll_event evs[64];
+  uint64_t next_check = now_ms() + STORE_CHECK_MS;
   for (;;) {
     uint64_t deadline = proc_next_deadline(), auth = conn_next_deadline();
     if (auth && (!deadline || auth < deadline)) deadline = auth;
+    if (!deadline || next_check < deadline) deadline = next_check;
     int timeout = -1;
     if (deadline) {
       uint64_t now = now_ms();
@@ -339,5 +351,9 @@ int main(int argc, char **argv) {
     }
     proc_timers();
     conn_timers(); /* also closes the connections that ended in this round */
+    if (now_ms() >= next_check) {
+      check_store();
+      next_check = now_ms() + STORE_CHECK_MS;
+    }
   }
 }

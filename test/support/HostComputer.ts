@@ -4,11 +4,23 @@
  * output, signals). Tests of lifecycles go through the runtime (Runtime.layer, HostBackend.layer).
  */
 import { Effect, Stream } from "effect"
+import { readdirSync, readFileSync } from "node:fs"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import type { BackendProcess, Connection, ExitInfo, SpawnSpec } from "../../src/services/Backend.js"
 import { open } from "./ProviderComputer.js"
 
 export { metadata, open } from "./ProviderComputer.js"
+
+/** Host processes whose command line is exactly `argv`. */
+export const hostProcesses = (argv: ReadonlyArray<string>) =>
+  readdirSync("/proc").filter((entry) => {
+    if (!/^\d+$/.test(entry)) return false
+    try {
+      return readFileSync(`/proc/${entry}/cmdline`, "utf8") === argv.join("\0") + "\0"
+    } catch {
+      return false
+    }
+  })
 
 export const ENV = { PATH: "/usr/local/bin:/usr/bin:/bin", HOME: "/home/agent", LANG: "C.UTF-8" }
 

@@ -93,6 +93,17 @@ export class ProcessEvents {
     this.notify()
   }
 
+  /**
+   * Ends the events without an Exit when none came: the source let go of a process that runs on
+   * (a computer that holds its processes, whose connection ended or was closed).
+   */
+  readonly detach = () => {
+    if (this.ended) return
+    this.ended = true
+    this.setHolding(false)
+    this.notify()
+  }
+
   /** The next chunk of events, failing with None once they ended (BackendProcess.pull). */
   readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> = Effect.suspend(() => {
     if (this.pending.length > 0) return Effect.succeed(this.take())

@@ -74,8 +74,9 @@ const follow = () => {
   const handlers: WatchHandlers = {
     onOutput: (stream, _offset, data) => (stream === "stdout" ? events.data(data) : events.stderr(data)),
     onExit: (exit, ended) => events.exit(exitWithTeardown(exit, ended)),
-    // Processes a teardown ends after the exit (leftovers of a killed tree) are not counted.
-    onClosed: () => events.end()
+    // Processes a teardown ends after the exit (leftovers of a killed tree) are not counted. No
+    // count: the connection ended, or let go, first; the process may run on.
+    onClosed: (ended) => (ended === undefined ? events.detach() : events.end())
   }
   return { events, handlers }
 }
@@ -124,7 +125,7 @@ export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec): Ef
     const meta = encodeMeta({ command: spec.label ?? spec.argv.join(" "), cwd: spec.cwd })
     const { handle, pid } = yield* Effect.acquireRelease(
       client.spawn({ argv: spec.argv, cwd: spec.cwd, env, meta, direct: tty === undefined ? directArgv(spec.argv, env) : undefined }, handlers, tty),
-      ({ handle }) => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.end()))
+      ({ handle }) => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.detach()))
     )
     return asProcess(backend, client, handle, pid, tty !== undefined, events)
   })
@@ -140,7 +141,7 @@ export const attach = (
     const { events, handlers } = follow()
     const record = yield* Effect.acquireRelease(
       client.watch(handle, from, handlers),
-      () => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.end()))
+      () => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.detach()))
     )
     return { process: asProcess(backend, client, handle, record.pid, record.tty, events), held: heldProcess(record) }
   })

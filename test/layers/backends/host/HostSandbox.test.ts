@@ -6,12 +6,12 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Stream } from "effect"
 import { createHash } from "node:crypto"
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
 import type { BackendProcess, Connection } from "../../../../src/services/Backend.js"
-import { collect, connect, run, spec } from "../../../support/HostComputer.js"
+import { collect, connect, hostProcesses, run, spec } from "../../../support/HostComputer.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 
 const stateDir = mkdtempSync(join(tmpdir(), "kt-host-sandbox-"))
@@ -29,16 +29,6 @@ const openComputer = (options: { network?: boolean; sandbox?: "bwrap" | "none"; 
 
 const runIn = (computer: Connection, argv: ReadonlyArray<string>, extra: Parameters<typeof run>[2] = {}) => run(computer, argv, extra)
 
-/** Host processes whose command line is exactly `argv`. */
-const hostProcesses = (argv: ReadonlyArray<string>) =>
-  readdirSync("/proc").filter((entry) => {
-    if (!/^\d+$/.test(entry)) return false
-    try {
-      return readFileSync(`/proc/${entry}/cmdline`, "utf8") === argv.join("\0") + "\0"
-    } catch {
-      return false
-    }
-  })
 
 /** Reads a TTY process's output in the background; `waitFor` polls it for a pattern. */
 const watch = (process: BackendProcess) =>
