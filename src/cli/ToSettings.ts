@@ -90,6 +90,7 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
       maxFinished: values.maxFinished,
       headBytes: values.headBytes,
       tailBytes: values.tailBytes,
+      retainBytes: values.retainBytes,
       cols: values.cols,
       rows: values.rows,
       killGraceMs: values.killGraceMs,

@@ -59,7 +59,9 @@ const hostLayer = (settings: SettingsShape) =>
         sandbox: settings.unsafeNoSandbox ? "none" : "bwrap",
         bwrap: settings.bwrapPath,
         limits: { pids: settings.pidsLimit, memory: settings.memory, cpu: settings.cpu },
-        filesystem: settings.filesystem
+        filesystem: settings.filesystem,
+        retainBytes: settings.retainBytes,
+        maxFinished: settings.maxFinished
       })))
 
 const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
@@ -79,7 +81,9 @@ const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
         onPullProgress: log,
         filesystem: settings.filesystem,
         adoptContainer: settings.dockerContainer,
-        stateDir: settings.stateDir
+        stateDir: settings.stateDir,
+        retainBytes: settings.retainBytes,
+        maxFinished: settings.maxFinished
       })))
 
 const flyLayer = (settings: SettingsShape) => {

@@ -137,9 +137,17 @@ export interface SettingsShape {
   readonly warmPool: number
   /** How many finished processes stay listable. */
   readonly maxFinished: number
-  /** Output retention per stream: first headBytes and last tailBytes. */
+  /**
+   * Output retention per stream in the server: first headBytes and last tailBytes (the whole of it
+   * where the computer does not hold its processes; a window where it does).
+   */
   readonly headBytes: number
   readonly tailBytes: number
+  /**
+   * Output a computer that holds its processes keeps per stream on its own disk (a quarter from the
+   * start, the rest from the end); any of it is readable by cursor.
+   */
+  readonly retainBytes: number
   readonly cols: number
   readonly rows: number
   /** Time between SIGTERM and SIGKILL when processes are stopped by shutdown. */
@@ -200,6 +208,7 @@ export const defaultSettings: SettingsShape = {
   maxFinished: 100,
   headBytes: 64 * 1024,
   tailBytes: 1024 * 1024,
+  retainBytes: 32 * 1024 * 1024,
   cols: 120,
   rows: 30,
   killGraceMs: 2_000,

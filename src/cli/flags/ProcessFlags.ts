@@ -17,6 +17,12 @@ export const processFlags = {
   maxFinished: count("max-finished", defaultSettings.maxFinished, "Finished processes kept listable (oldest evicted first)", 0),
   headBytes: count("head-bytes", defaultSettings.headBytes, "Output kept from the start of each stream, bytes", 0),
   tailBytes: count("tail-bytes", defaultSettings.tailBytes, "Output kept from the end of each stream, bytes", 1),
+  retainBytes: count(
+    "retain-bytes",
+    defaultSettings.retainBytes,
+    "Output a computer keeps of each stream on its own disk (host, docker): a quarter from the start, the rest from the end; any of it readable by cursor, after any server",
+    4096
+  ),
   cols: count("cols", defaultSettings.cols, "Default terminal columns of TTY processes", 2),
   rows: count("rows", defaultSettings.rows, "Default terminal rows of TTY processes", 2),
   killGraceMs: ms("kill-grace-ms", defaultSettings.killGraceMs, "Time between SIGTERM and SIGKILL when processes are stopped"),
