@@ -21,6 +21,11 @@ export interface Capabilities {
   readonly factoryReset: boolean
   /** Permanent computers that outlive the server. */
   readonly persistence: boolean
+  /**
+   * The computer holds its own processes (Connection.held): a permanent computer's processes, their
+   * records and their output outlive the server, and any server that connects follows them.
+   */
+  readonly heldProcesses: boolean
   /** Files read and written inside the computer. */
   readonly files: boolean
   /** Network off (loopback only) unless asked for. */
@@ -35,6 +40,7 @@ export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]
   restart: true,
   factoryReset: true,
   persistence: true,
+  heldProcesses: true,
   files: true,
   networkControl: true,
   ...missing

@@ -18,6 +18,7 @@ export const layer = Layer.succeed(Backend, Backend.of({
     restart: false,
     factoryReset: false,
     persistence: false,
+    heldProcesses: false,
     files: false,
     networkControl: false
   },

@@ -91,6 +91,7 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     restart: true,
     factoryReset: true,
     persistence: true,
+    heldProcesses: false,
     files: false,
     networkControl: false,
     ...options.capabilities
