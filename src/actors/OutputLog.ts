@@ -31,6 +31,10 @@ export interface OutputSlice {
   readonly next: number
   /** bytes between `from` and `next` that are not in `text` (evicted, or cut to fit maxBytes) */
   readonly omitted: number
+  /** the first byte between `from` and `next` not in `text` (evicted, or cut), if any */
+  readonly firstGap?: number | undefined
+  /** the first byte cut to fit maxBytes (readable by a later read), if any */
+  readonly cutAt?: number | undefined
 }
 
 export const DEFAULT_HEAD_BYTES = 64 * 1024
@@ -137,6 +141,8 @@ export class OutputLog {
   private ringStart = 0
   private ringLength = 0
   private totalBytes = 0
+  /** The head takes no more bytes (it filled, or the stream was joined later or skipped ahead). */
+  private headFull = false
 
   constructor(options: OutputLogOptions = {}) {
     this.headBytes = validSize("headBytes", options.headBytes, DEFAULT_HEAD_BYTES)
@@ -158,12 +164,44 @@ export class OutputLog {
     return this.totalBytes - this.retained
   }
 
+  /**
+   * Starts the log at `offset` of its stream (a process followed from there on): the bytes before
+   * count as not held, as an evicted middle does.
+   */
+  startAt(offset: number): void {
+    if (this.totalBytes === 0 && offset > 0) {
+      this.totalBytes = offset
+      this.headLength = 0
+      // Nothing more belongs to the head: what comes next is tail.
+      this.headFull = true
+    }
+  }
+
+  /** Counts `n` bytes the log never saw (they fell out before they reached it) as not held. */
+  skip(n: number): void {
+    if (n <= 0) return
+    this.totalBytes += n
+    this.headFull = true
+    // Tail bytes held so far no longer end the stream: drop them (the tail is the end's).
+    this.ringStart = 0
+    this.ringLength = 0
+  }
+
+  /** Whether every byte of [from, to) is held. */
+  holds(from: number, to: number): boolean {
+    const end = Math.min(to, this.totalBytes)
+    if (end <= from) return true
+    const tailStart = this.totalBytes - this.ringLength
+    if (from < this.headLength) return end <= this.headLength || this.headLength >= tailStart
+    return from >= tailStart
+  }
+
   /** Appends a chunk; the chunk is copied, so the caller may reuse it. */
   append(chunk: Uint8Array): void {
     let data = chunk
     if (data.length === 0) return
     this.totalBytes += data.length
-    if (this.headLength < this.headBytes) {
+    if (this.headLength < this.headBytes && !this.headFull) {
       const n = Math.min(this.headBytes - this.headLength, data.length)
       this.ensureHead(this.headLength + n)
       this.head.set(n === data.length ? data : data.subarray(0, n), this.headLength)
@@ -186,8 +224,35 @@ export class OutputLog {
     const budget = Math.max(0, Math.floor(Number.isNaN(maxBytes) ? 0 : maxBytes))
     let pieces = this.piecesFrom(from)
     const held = pieces.reduce((n, p) => n + p.length, 0)
-    if (held > budget) pieces = cutMiddle(pieces, budget)
-    return render(pieces, from, this.totalBytes)
+    let cutAt: number | undefined
+    if (held > budget) {
+      const cut = cutMiddle(pieces, budget)
+      pieces = cut.pieces
+      cutAt = cut.at
+    }
+    const slice = render(pieces, from, this.totalBytes)
+    return cutAt === undefined ? slice : { ...slice, cutAt: Math.min(cutAt, slice.firstGap ?? cutAt) }
+  }
+
+  /**
+   * Exactly the bytes from `cursor` on, in order, at most `maxBytes` of those held (so a reader
+   * pages through a stream by passing `next` back): a stretch no longer held at the start is
+   * skipped and marked, and the range ends before the next one. Cuts move to UTF-8 character
+   * boundaries, as `read`'s do.
+   */
+  range(cursor = 0, maxBytes = Number.POSITIVE_INFINITY): OutputSlice {
+    const from = Math.min(Math.max(0, Math.floor(Number.isFinite(cursor) ? cursor : 0)), this.totalBytes)
+    const budget = Math.max(0, Math.floor(Number.isNaN(maxBytes) ? 0 : maxBytes))
+    const pieces = this.piecesFrom(from)
+    const first = pieces[0]
+    if (first === undefined) return render([], from, this.totalBytes)
+    // Only the first run of held bytes: a range is contiguous.
+    const taken = first.length <= budget ? first : dropBack(first, first.length - budget)
+    const partial = taken.length > 0 ? trailingPartial(taken) : 0
+    const whole = partial > 0 && taken.start + taken.length < pieceEnd(first) ? dropBack(taken, partial) : taken
+    const end = whole.start + whole.length
+    const slice = render(whole.length > 0 ? [whole] : [], from, end)
+    return slice
   }
 
   /**
@@ -327,14 +392,21 @@ export class OutputLog {
   }
 }
 
-/** Keeps the first `floor(budget/2)` and the last `ceil(budget/2)` held bytes of the pieces. */
-const cutMiddle = (pieces: ReadonlyArray<Piece>, budget: number): Array<Piece> => {
+/**
+ * Keeps the first `floor(budget/2)` and the last `ceil(budget/2)` held bytes of the pieces; `at` is
+ * the first byte cut.
+ */
+const cutMiddle = (pieces: ReadonlyArray<Piece>, budget: number): { readonly pieces: Array<Piece>; readonly at: number } => {
   const front: Array<Piece> = []
   let left = Math.floor(budget / 2)
+  let at = pieces[0]?.start ?? 0
   for (const p of pieces) {
     if (left <= 0) break
-    front.push(p.length <= left ? p : dropBack(p, p.length - left))
+    const kept = p.length <= left ? p : dropBack(p, p.length - left)
+    front.push(kept)
+    at = pieceEnd(kept)
     left -= p.length
+    if (left > 0) at = pieceEnd(p)
   }
   const back: Array<Piece> = []
   left = budget - Math.floor(budget / 2)
@@ -343,7 +415,7 @@ const cutMiddle = (pieces: ReadonlyArray<Piece>, budget: number): Array<Piece> =
     back.unshift(p.length <= left ? p : dropFront(p, p.length - left))
     left -= p.length
   }
-  return [...front, ...back]
+  return { pieces: [...front, ...back], at }
 }
 
 /** Decodes pieces, with a marker for every hole (including one before the first piece). */
@@ -366,10 +438,12 @@ const render = (input: ReadonlyArray<Piece>, from: number, next: number): Output
   let text = ""
   let at = from
   let omitted = 0
+  let firstGap: number | undefined
   for (const p of pieces) {
     const hole = p.start - at
     if (hole > 0) {
       omitted += hole
+      firstGap ??= at
       text += at === from ? `${omittedMarker(hole)}\n` : `\n${omittedMarker(hole)}\n`
     }
     text += decode(p.parts)
@@ -378,9 +452,10 @@ const render = (input: ReadonlyArray<Piece>, from: number, next: number): Output
   const hole = next - at
   if (hole > 0) {
     omitted += hole
+    firstGap ??= at
     text += at === from ? omittedMarker(hole) : `\n${omittedMarker(hole)}`
   }
-  return { text, from, next, omitted }
+  return firstGap === undefined ? { text, from, next, omitted } : { text, from, next, omitted, firstGap }
 }
 
 /**
@@ -393,6 +468,6 @@ export const truncateMiddle = (text: string, maxBytes: number): { text: string; 
   if (text.length * 3 <= budget || Buffer.byteLength(text, "utf8") <= budget) return { text, omitted: 0 }
   const bytes = Buffer.from(text, "utf8")
   const piece: Piece = { start: 0, parts: [bytes], length: bytes.length }
-  const slice = render(cutMiddle([piece], budget), 0, bytes.length)
+  const slice = render(cutMiddle([piece], budget).pieces, 0, bytes.length)
   return { text: slice.text, omitted: slice.omitted }
 }

@@ -277,7 +277,7 @@ describe("OutputLog", () => {
     it("maxBytes 0 returns only the marker", () => {
       const log = new OutputLog()
       log.append(utf8("abc"))
-      assert.deepStrictEqual(log.read(0, 0), { text: omittedMarker(3), from: 0, next: 3, omitted: 3 })
+      assert.deepStrictEqual(log.read(0, 0), { text: omittedMarker(3), from: 0, next: 3, omitted: 3, firstGap: 0, cutAt: 0 })
     })
   })
 
@@ -406,7 +406,67 @@ describe("OutputLog", () => {
   it("a tail of 0 keeps only the head", () => {
     const log = new OutputLog({ headBytes: 3, tailBytes: 0 })
     log.append(utf8("abcdef"))
-    assert.deepStrictEqual(log.read(), { text: `abc\n${omittedMarker(3)}`, from: 0, next: 6, omitted: 3 })
+    assert.deepStrictEqual(log.read(), { text: `abc\n${omittedMarker(3)}`, from: 0, next: 6, omitted: 3, firstGap: 3 })
+  })
+
+  describe("pages: range, and where a cut read resumes", () => {
+    const text = Array.from({ length: 1000 }, (_, i) => `${String(i).padStart(4, "0")}\n`).join("")
+
+    it("a cut read says where its cut begins: the next page starts there", () => {
+      const log = new OutputLog()
+      log.append(utf8(text))
+      const inline = log.read(0, 100)
+      assert.strictEqual(inline.cutAt, 50)
+      assert.strictEqual(inline.firstGap, 50)
+      const page = log.range(inline.cutAt, 100)
+      assert.deepStrictEqual(page, { text: text.slice(50, 150), from: 50, next: 150, omitted: 0 })
+    })
+
+    it("pages through a stream exactly, every byte once", () => {
+      const log = new OutputLog()
+      log.append(utf8(text))
+      let cursor = 0
+      let got = ""
+      for (let i = 0; i < 100 && cursor < text.length; i++) {
+        const page = log.range(cursor, 333)
+        assert.strictEqual(page.omitted, 0)
+        got += page.text
+        cursor = page.next
+      }
+      assert.strictEqual(got, text)
+    })
+
+    it("a range that starts in the evicted middle marks it and goes on with the tail", () => {
+      const log = new OutputLog({ headBytes: 10, tailBytes: 20 })
+      log.append(utf8(text))
+      const page = log.range(100, 5)
+      assert.deepStrictEqual(page, { text: `${omittedMarker(text.length - 20 - 100)}\n${text.slice(-20, -15)}`, from: 100, next: text.length - 15, omitted: text.length - 120, firstGap: 100 })
+      // Inside the head: the range ends with the head (what follows is not held).
+      assert.deepStrictEqual(log.range(5, 100), { text: text.slice(5, 10), from: 5, next: 10, omitted: 0 })
+    })
+
+    it("a range never ends inside a character", () => {
+      const log = new OutputLog()
+      log.append(utf8("aé€😀b"))
+      assert.deepStrictEqual(log.range(0, 2), { text: "a", from: 0, next: 1, omitted: 0 })
+      assert.deepStrictEqual(log.range(1, 4), { text: "é", from: 1, next: 3, omitted: 0 })
+    })
+
+    it("a log started later, or told of bytes it never saw, counts them and holds the rest", () => {
+      const log = new OutputLog({ headBytes: 10, tailBytes: 10 })
+      log.startAt(1000)
+      log.append(utf8("0123456789abc"))
+      assert.strictEqual(log.total, 1013)
+      assert.isFalse(log.holds(0, 10))
+      assert.isTrue(log.holds(1003, 1013))
+      assert.deepStrictEqual(log.range(1003, 100), { text: "3456789abc", from: 1003, next: 1013, omitted: 0 })
+      log.skip(7)
+      log.append(utf8("xyz"))
+      assert.strictEqual(log.total, 1023)
+      assert.isTrue(log.holds(1020, 1023))
+      assert.isFalse(log.holds(1013, 1020))
+      assert.deepStrictEqual(log.range(1013, 100), { text: `${omittedMarker(7)}\nxyz`, from: 1013, next: 1023, omitted: 7, firstGap: 1013 })
+    })
   })
 })
 
