@@ -185,7 +185,9 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
         sandbox.instance === undefined
           ? backend.create({
             id: sandbox.id,
-            temporary: false,
+            // A VM's processes die with its connection (a pause is a cold boot): a temporary host
+            // computer's agent ends with the connection that started it; its files stay until kill.
+            temporary: true,
             image: sandbox.templateID,
             created: new Date(sandbox.startedAt).toISOString(),
             instance: "e2b-fake"
