@@ -9,9 +9,9 @@
  * (conn.c), each proving the computer's key, and what one started another can read, wait for, write
  * to, resize and signal.
  *
- *   kt-agent (--listen PATH | --listen-fd N) (--store DIR | --store-fd N) [--bound] [--no-parent]
- *            [--retain BYTES] [--max-finished N] [--caps drop|keep] [--no-seccomp] [--no-setid-files]
- *            [--relay-port N]
+ *   kt-agent (--listen PATH | --listen-fd N) (--store DIR | --store-fd N) [--bound | --daemonize]
+ *            [--no-parent] [--retain BYTES] [--max-finished N] [--caps drop|keep] [--no-seccomp]
+ *            [--no-setid-files] [--relay-port N]
  *   kt-agent --connect PATH          (connector.c)
  *
  * The computer's key (32 bytes, 64 hex digits and a newline) is read from stdin first. With
@@ -19,7 +19,10 @@
  * computer: another exits with status 3) and prints "ready" on stdout once it accepts connections;
  * with --listen-fd it serves a socket its launcher bound (kt-sandbox --agent-dir). The agent outlives
  * every server unless --bound: then stdin stays open, and its end (the owning server is gone) ends the
- * computer, as does the parent's death unless --no-parent. The store directory holds the retained
+ * computer, as does the parent's death unless --no-parent. --daemonize: once ready, the agent goes on
+ * in a child of a session of its own (stdio on /dev/null) and the started process exits, so that a
+ * provider that ends what it started (a cloud's exec, killed with its process group) leaves the agent
+ * running. The store directory holds the retained
  * output (unnamed files) and the next handle; a second agent on it also exits with status 3, and the
  * agent ends (with every process) once that directory is removed: the computer is gone.
  * --retain is the output kept per stream (a quarter from its start, the rest from its end; default
@@ -86,7 +89,7 @@
 #include <unistd.h>
 
 static int sigfd = -1;
-static int bound;
+static int bound, daemonize;
 /* How often the agent checks that its computer still exists (its store's directory was not removed). */
 #define STORE_CHECK_MS 5000
 
@@ -245,6 +248,7 @@ int main(int argc, char **argv) {
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--no-parent") == 0) orphan_ok = 1;
     else if (strcmp(argv[i], "--bound") == 0) bound = 1;
+    else if (strcmp(argv[i], "--daemonize") == 0) daemonize = 1;
     else if (strcmp(argv[i], "--caps") == 0 && next) {
       i++;
       if (strcmp(next, "drop") == 0) opt_drop_caps = 1;
@@ -261,7 +265,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--max-finished") == 0 && next) { max_finished = (uint32_t)number(next, 0, 1 << 20); i++; }
     else usage();
   }
-  if ((listen_path == NULL) == (listen_fd < 0) || (store_path == NULL) == (store_fd < 0)) usage();
+  if ((listen_path == NULL) == (listen_fd < 0) || (store_path == NULL) == (store_fd < 0) || (bound && daemonize)) usage();
   store_head = retain / 4;
   store_tail = retain - store_head;
   if (argc > 0) { argv_area = argv[0]; argv_area_len = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) - argv[0]); }
@@ -314,7 +318,20 @@ int main(int argc, char **argv) {
   char notice[MAX_TEXT];
   const char *unhardened = harden_agent(notice, sizeof notice);
   if (unhardened) { fprintf(stderr, "kt-agent: %s\n", unhardened); return 1; } /* fail closed */
-  if (listen_path) {
+  if (daemonize) {
+    /* The started process says "ready" and exits; the agent goes on in a session of its own, holding
+     * nothing of the exec that started it (whose end, or kill, must not reach it). */
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child > 0) {
+      static const char ready[] = "ready\n";
+      if (write(1, ready, sizeof ready - 1) < 0) { /* the launcher went away: the computer lives on */ }
+      _exit(0);
+    }
+    setsid();
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    to_null(2);
+  } else if (listen_path) {
     /* The launcher waits for this line (the socket accepts from now on). */
     static const char ready[] = "ready\n";
     if (write(1, ready, sizeof ready - 1) < 0) { /* the launcher went away: the computer lives on */ }
