@@ -80,7 +80,9 @@ export interface LaunchSpec {
 
 /** The launcher's command line for one sandbox. */
 export const launchArgs = (spec: LaunchSpec): Array<string> => [
-  // The channel (stdin/stdout) bypasses bubblewrap's init, whose descriptors the guest can open.
+  // The channel (stdin/stdout) and the agent's stderr bypass bubblewrap's init, whose descriptors
+  // the guest can take (it is dumpable and runs as the guest's uid): its own stderr is a pipe that
+  // only kt-sandbox's relay reads, and only until the sandbox is set up (kt-sandbox.c, step 6).
   "--channel",
   ...(spec.ids === undefined ? [] : ["--uid", String(spec.ids.uid), "--gid", String(spec.ids.gid)]),
   ...spec.cgroups.flatMap((dir) => ["--cgroup", dir]),
@@ -92,7 +94,7 @@ export const launchArgs = (spec: LaunchSpec): Array<string> => [
   ...sealArgs(),
   "--chdir", spec.cwd,
   "--",
-  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--stdio", "3", "4", "--",
+  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--sync", "6", "--stdio", "3", "4", "5", "--",
   ...spec.command
 ]
 
