@@ -3,7 +3,8 @@
  * kt-agent and kt-sandbox against their manifest once, at startup, and from then on runs and copies
  * only the bytes it checked. A helper replaced after startup — rewritten in place as `cp` does, or
  * renamed over as `mv` does — changes nothing that runs, on the host (server as root and as an
- * unprivileged user) and on Docker.
+ * unprivileged user) and on Docker. And on Docker, an agent that fails its check at startup is
+ * never replaced by plain Engine API exec: every computer is refused, saying why.
  *
  * Each server runs from its own copy of the built package (dist/bin, native/build), so tampering
  * with it touches nothing else. The stand-ins only leave a marker file and exit.
@@ -125,5 +126,25 @@ describeIf(dockerWorks, requirement())("Docker: the agent put into containers is
       `${pkg.sha256.agent}  /.kilntainers/kt-agent\nkt-shepherd\nls: cannot access '/TAMPERED-AGENT': No such file or directory\n`,
       after.text
     )
+  }, 240_000)
+})
+
+describeIf(dockerWorks, requirement())("Docker: an agent that fails its check is never replaced by Engine exec", () => {
+  let server: Harness | undefined
+  afterAll(async () => {
+    await server?.client.close()
+  })
+
+  it("every computer is refused with a clear reason, and nothing runs in it", async () => {
+    const pkg = packageCopy()
+    rewriteInPlace(pkg.agent, `#!/bin/sh\nexit 3\n`)
+    server = await startServer(["--backend", "docker", "--image", TEST_IMAGE], {}, pkg.bin)
+    const id = computerId("refused")
+    const result = await server.call("sandbox_exec", { command: "echo ran", computer_id: id })
+    assert.isTrue(result.isError, result.text)
+    assert.notInclude(result.text, "ran\n")
+    assert.include(result.text, `kilntainer-${id} is refused: its agent failed verification`)
+    assert.include(result.text, "changed after it was built")
+    assert.include(server.stderr(), "kt-agent failed its check")
   }, 240_000)
 })
