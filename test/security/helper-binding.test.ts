@@ -13,7 +13,7 @@ import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import { chmodSync, cpSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { docker, dockerWorks, requirement, TEST_IMAGE } from "../support/Docker.js"
+import { docker, dockerWorks, requirement, TEST_ENGINE, TEST_IMAGE } from "../support/Docker.js"
 import { type Harness, root as checkout, startServer } from "../support/McpHarness.js"
 import { describeIf } from "../support/Requirements.js"
 import { type HostServer, modes, requirements, requirementsMet, startHostServer } from "./HostServer.js"
@@ -93,6 +93,9 @@ describeIf(requirementsMet, requirements)("host: helpers replaced after startup 
   }
 })
 
+/** The CLI's flags for the engine the suites drive (Docker, or Podman with KILNTAINERS_TEST_ENGINE=podman). */
+const dockerArgs = ["--backend", "docker", "--engine", TEST_ENGINE, "--image", TEST_IMAGE]
+
 /** Containers of the computers a test made: removed whatever happens to its server. */
 const made: Array<string> = []
 afterAll(async () => {
@@ -112,7 +115,7 @@ describeIf(dockerWorks, requirement())("Docker: the agent put into containers is
 
   it("an agent rewritten after startup never reaches a container", async () => {
     const pkg = packageCopy()
-    server = await startServer(["--backend", "docker", "--image", TEST_IMAGE], {}, pkg.bin)
+    server = await startServer(dockerArgs, {}, pkg.bin)
     const before = await server.call("sandbox_exec", { command: "echo before", computer_id: computerId("before") })
     assert.strictEqual(before.structured?.stdout, "before\n", before.text)
     rewriteInPlace(pkg.agent, `#!/bin/sh\necho tampered > /TAMPERED-AGENT\nexit 3\n`)
@@ -138,7 +141,7 @@ describeIf(dockerWorks, requirement())("Docker: an agent that fails its check is
   it("every computer is refused with a clear reason, and nothing runs in it", async () => {
     const pkg = packageCopy()
     rewriteInPlace(pkg.agent, `#!/bin/sh\nexit 3\n`)
-    server = await startServer(["--backend", "docker", "--image", TEST_IMAGE], {}, pkg.bin)
+    server = await startServer(dockerArgs, {}, pkg.bin)
     const id = computerId("refused")
     const result = await server.call("sandbox_exec", { command: "echo ran", computer_id: id })
     assert.isTrue(result.isError, result.text)

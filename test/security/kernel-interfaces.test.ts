@@ -16,7 +16,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe } from "vitest"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
 import { Backend, type Connection } from "../../src/services/Backend.js"
-import { docker, dockerWorks, requirement, TEST_IMAGE } from "../support/Docker.js"
+import { docker, dockerWorks, requirement, testOptions } from "../support/Docker.js"
 import * as ProviderComputer from "../support/ProviderComputer.js"
 import { describeIf } from "../support/Requirements.js"
 import { type HostServer, modes, requirements, requirementsMet, startHostServer } from "./HostServer.js"
@@ -88,16 +88,7 @@ describeIf(dockerWorks, requirement())("Docker computers cannot reach vsock, io_
       Effect.gen(function*() {
         const backend = yield* Effect.provide(
           Backend,
-          Layer.fresh(DockerBackend.layer({
-            engine: "docker",
-            dockerHost: undefined,
-            image: TEST_IMAGE,
-            cpu: undefined,
-            memory: undefined,
-            pidsLimit: 512,
-            network: false,
-            runFlags
-          }))
+          Layer.fresh(DockerBackend.layer(testOptions({ runFlags })))
         )
         const { connection: computer, instance } = yield* ProviderComputer.open(backend, `ki-${runFlags.length}-${process.pid}`)
         const archive = spawnSync("tar", ["-C", dir, "-cf", "-", "kt-kernel-interfaces"])
