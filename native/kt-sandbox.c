@@ -8,8 +8,8 @@
  *
  *   0. marks every inherited descriptor but stdin, stdout and stderr close-on-exec, so nothing the
  *      server happened to inherit reaches the sandbox; with --channel, moves stdin, stdout (the
- *      agent's channel) and stderr to descriptors 3, 4 and 5, puts /dev/null in place of stdin and
- *      stdout, and makes descriptor 6 one end of the setup handshake (see 6): bubblewrap's init,
+ *      agent's channel) and stderr to descriptors 3, 4 and 7, puts /dev/null in place of stdin and
+ *      stdout, and makes descriptor 8 one end of the setup handshake (see 6): bubblewrap's init,
  *      pid 1 in the sandbox and open to its processes (same uid, dumpable: /proc/1/fd,
  *      pidfd_getfd, ptrace), closes every descriptor above 2, so only the command (see --stdio
  *      below) holds the channel and the server's stderr;
@@ -60,6 +60,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -72,7 +73,6 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -109,8 +109,8 @@ struct kt_mount_attr { unsigned long long attr_set, attr_clr, propagation, usern
 /* What --channel hands through bubblewrap to the command (see --stdio and --sync). */
 #define CHANNEL_IN 3
 #define CHANNEL_OUT 4
-#define AGENT_ERR 5
-#define SYNC_FD 6
+#define AGENT_ERR 7
+#define SYNC_FD 8
 /* How much of bubblewrap's setup messages the relay passes on (outer step 6). */
 #define RELAY_BUDGET 8192
 
@@ -465,9 +465,8 @@ static int inner(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && (strcmp(argv[1], "--nproc") == 0 || strcmp(argv[1], "--sync") == 0 || strcmp(argv[1], "--stdio") == 0)) {
-    return inner(argc, argv);
-  }
+  if (argc >= 2 && strcmp(argv[1], "--sync") == 0) return inner(argc, argv);
+  if (argc >= 2 && (strcmp(argv[1], "--nproc") == 0 || strcmp(argv[1], "--stdio") == 0)) return inner(argc, argv);
 
   long uid = -1, gid = -1;
   int i = 1;

@@ -95,7 +95,7 @@ export const launchArgs = (spec: LaunchSpec): Array<string> => [
   ...sealArgs(),
   "--chdir", spec.cwd,
   "--",
-  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--sync", "6", "--stdio", "3", "4", "5", "--",
+  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--sync", "8", "--stdio", "3", "4", "7", "--",
   ...spec.command
 ]
 

@@ -74,7 +74,7 @@ describe("kt-sandbox's relay of bubblewrap's stderr", () => {
         `for i in $(seq 200); do [ -e ${result} ] && break; sleep 0.05; done; cat ${result}`
       const { code, stdout, stderr } = yield* launch([
         launcher, "--channel", "--", bwrap, "--",
-        launcher, "--sync", "6", "--stdio", "3", "4", "5", "--", "/bin/sh", "-c", command
+        launcher, "--sync", "8", "--stdio", "3", "4", "7", "--", "/bin/sh", "-c", command
       ])
       assert.strictEqual(code, 0, stderr)
       assert.strictEqual(stdout, "pid 1's write: 1\n", "the write failed (EPIPE)")
