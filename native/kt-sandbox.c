@@ -7,10 +7,12 @@
  *   kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... [--channel] -- BWRAP [OPTION...] -- COMMAND [ARG...]
  *
  *   0. marks every inherited descriptor but stdin, stdout and stderr close-on-exec, so nothing the
- *      server happened to inherit reaches the sandbox; with --channel, moves stdin and stdout (the
- *      agent's channel) to descriptors 3 and 4 and puts /dev/null in their place: bubblewrap's
- *      init, pid 1 in the sandbox and readable by its processes through /proc/1/fd, closes every
- *      descriptor above 2, so only the command (see --stdio below) holds the channel;
+ *      server happened to inherit reaches the sandbox; with --channel, moves stdin, stdout (the
+ *      agent's channel) and stderr to descriptors 3, 4 and 7, puts /dev/null in place of stdin and
+ *      stdout, and makes descriptor 8 one end of the setup handshake (see 6): bubblewrap's init,
+ *      pid 1 in the sandbox and open to its processes (same uid, dumpable: /proc/1/fd,
+ *      pidfd_getfd, ptrace), closes every descriptor above 2, so only the command (see --stdio
+ *      below) holds the channel and the server's stderr;
  *   1. joins every cgroup DIR (writes its own pid to DIR/cgroup.procs);
  *   2. with --uid (the server is root): opens the host paths of `--kt-bind`/`--kt-ro-bind` as root,
  *      enters a private mount namespace, mounts a small tmpfs on /tmp there and bind-mounts each of
@@ -19,7 +21,13 @@
  *   3. with --uid: drops every group and becomes UID/GID (real, effective and saved ids);
  *   4. joins a new, empty session keyring, so the sandbox does not possess the server's one;
  *   5. execs BWRAP with its options in a memfd (`bwrap --args FD -- COMMAND...`): the sandbox's pid 1
- *      shows `bwrap --args N -- COMMAND...` as its command line, with no host path in it.
+ *      shows `bwrap --args N -- COMMAND...` as its command line, with no host path in it;
+ *   6. with --channel, bubblewrap's stderr (which its init, pid 1, keeps) is a pipe to a relay, a
+ *      child of ours: it passes the first RELAY_BUDGET bytes of what bubblewrap says while it sets
+ *      the sandbox up ("bwrap: Can't bind mount ...") on to the server's stderr, and exits when the
+ *      command tells it, over the handshake, that the setup is over (see --sync). No guest process
+ *      exists before that, and after it nothing reads that pipe: a guest that takes pid 1's stderr
+ *      writes into a pipe without a reader (EPIPE), not to the server.
  *
  *   Options of ours inside the bubblewrap options, rewritten on the way:
  *     --kt-bind SRC DEST     a read-write bind of a host path (staged with --uid, else --bind SRC DEST)
@@ -35,12 +43,14 @@
  *
  * Inner mode (inside the sandbox, in front of the agent):
  *
- *   kt-sandbox [--nproc N] [--stdio IN OUT] -- COMMAND [ARG...]
+ *   kt-sandbox [--nproc N] [--sync FD] [--stdio IN OUT ERR] -- COMMAND [ARG...]
  *
- *   sets RLIMIT_NPROC (soft and hard) to N, with --stdio makes descriptors IN and OUT its stdin
- *   and stdout again, and execs COMMAND. Set inside the sandbox's user
- *   namespace, the limit counts only that namespace's processes (Linux counts them per user
- *   namespace since 5.14), so it is a per-computer limit even when the server is not root.
+ *   sets RLIMIT_NPROC (soft and hard) to N; with --sync tells the relay (outer step 6) over FD that
+ *   bubblewrap is done and waits until the relay has let go of bubblewrap's stderr; with --stdio
+ *   makes descriptors IN, OUT and ERR its stdin, stdout and stderr again; and execs COMMAND. Set
+ *   inside the sandbox's user namespace, the process limit counts only that namespace's processes
+ *   (Linux counts them per user namespace since 5.14), so it is a per-computer limit even when the
+ *   server is not root.
  *
  * Errors go to stderr as one line, `kt-sandbox: ...`, and the exit status is 125.
  */
@@ -49,6 +59,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -93,6 +105,14 @@ struct kt_mount_attr { unsigned long long attr_set, attr_clr, propagation, usern
 #define STAGE "/tmp"
 #define STAGE_DIR "/tmp/.kt"
 #define KEYCTL_JOIN_SESSION_KEYRING 1
+
+/* What --channel hands through bubblewrap to the command (see --stdio and --sync). */
+#define CHANNEL_IN 3
+#define CHANNEL_OUT 4
+#define AGENT_ERR 7
+#define SYNC_FD 8
+/* How much of bubblewrap's setup messages the relay passes on (outer step 6). */
+#define RELAY_BUDGET 8192
 
 extern char **environ;
 
@@ -292,13 +312,121 @@ static void cloexec_inherited(void) {
   closedir(dir);
 }
 
-/* Stdin and stdout move to 3 and 4 (inherited across exec); /dev/null takes their place. */
+/* The relay's end of the setup handshake (outer step 6); -1 without --channel. */
+static int relay_sync = -1;
+
+/* Stdin, stdout and stderr move to CHANNEL_IN, CHANNEL_OUT and AGENT_ERR (inherited across exec);
+ * /dev/null takes the place of stdin and stdout, while stderr stays ours for our own errors until
+ * the relay takes it over; SYNC_FD becomes the command's end of the handshake. */
 static void move_channel(void) {
-  if (dup2(0, 3) < 0 || dup2(1, 4) < 0) die("dup2");
+  if (dup2(0, CHANNEL_IN) < 0 || dup2(1, CHANNEL_OUT) < 0 || dup2(2, AGENT_ERR) < 0) die("dup2");
   int null = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null < 0) die("open /dev/null");
   if (dup2(null, 0) < 0 || dup2(null, 1) < 0) die("dup2");
   close(null);
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) < 0) die("socketpair");
+  /* The relay's end first goes above SYNC_FD, which it may hold now. */
+  relay_sync = fcntl(ends[0], F_DUPFD_CLOEXEC, SYNC_FD + 1);
+  if (relay_sync < 0) die("fcntl");
+  close(ends[0]);
+  if (ends[1] == SYNC_FD) {
+    if (fcntl(SYNC_FD, F_SETFD, 0) < 0) die("fcntl");
+  } else {
+    if (dup2(ends[1], SYNC_FD) < 0) die("dup2");
+    close(ends[1]);
+  }
+}
+
+static void write_all(int fd, const char *data, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, data, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return; /* the server is gone: nobody to tell */
+    data += n;
+    len -= (size_t)n;
+  }
+}
+
+/*
+ * The relay (outer step 6), in a child of ours: what bubblewrap says on `from` goes to our stderr
+ * (the server's), at most RELAY_BUDGET bytes, until the handshake on `sync` says the setup is over.
+ * Then it closes `from` before it answers, so that no guest, which can only exist after the answer,
+ * ever has a reader at the other end of bubblewrap's stderr. Without a handshake (the command never
+ * started: bubblewrap failed) it passes what bubblewrap says until every writer is gone.
+ */
+static void relay(int from, int sync) {
+  char buf[4096];
+  size_t passed = 0, dropped = 0;
+  int waiting = 1;
+  for (;;) {
+    struct pollfd p[2] = { { .fd = from, .events = POLLIN }, { .fd = sync, .events = POLLIN } };
+    if (poll(p, waiting ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[0].revents) {
+      /* Everything bubblewrap said before the handshake is read before it. */
+      ssize_t n = read(from, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      size_t take = passed < RELAY_BUDGET ? RELAY_BUDGET - passed : 0;
+      if (take > (size_t)n) take = (size_t)n;
+      write_all(2, buf, take);
+      passed += take;
+      dropped += (size_t)n - take;
+      continue;
+    }
+    if (waiting && p[1].revents) {
+      char byte;
+      ssize_t n = recv(sync, &byte, 1, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 1) {
+        close(from);
+        send(sync, &byte, 1, MSG_NOSIGNAL);
+        break;
+      }
+      waiting = 0;
+    }
+  }
+  if (dropped > 0) {
+    char note[96];
+    int len = snprintf(note, sizeof note, "kt-sandbox: %zu more bytes from bubblewrap not shown\n", dropped);
+    write_all(2, note, (size_t)len);
+  }
+  _exit(0);
+}
+
+/* Starts the relay and makes bubblewrap's stderr the pipe it reads (outer step 6). */
+static void start_relay(void) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) < 0) die("pipe");
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) {
+    /* Only the pipe, the handshake and the server's stderr: the channel and bubblewrap's options
+     * stay with bubblewrap. No parent-death signal: what bubblewrap said before it died must still
+     * be passed on; the relay ends when the last writer of the pipe (bubblewrap, its init) is gone. */
+    if (dup2(pipe_fds[0], 3) < 0 || dup2(relay_sync, 4) < 0) _exit(125);
+    if (syscall(SYS_close_range, 5U, ~0U, 0) < 0) {
+      for (int fd = 5; fd < 4096; fd++) close(fd);
+    }
+    relay(3, 4);
+  }
+  close(pipe_fds[0]);
+  close(relay_sync);
+  if (dup2(pipe_fds[1], 2) < 0) die("dup2");
+  close(pipe_fds[1]);
+}
+
+/* Tells the relay (outer step 6) that bubblewrap's setup is over and waits until it has let go of
+ * bubblewrap's stderr: only then may the command start guest processes. A relay that is gone
+ * (EPIPE, end of file) has let go as well. */
+static void setup_done(int fd) {
+  char byte = 1;
+  while (send(fd, &byte, 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {}
+  while (recv(fd, &byte, 1, 0) < 0 && errno == EINTR) {}
+  close(fd);
 }
 
 static int is_bind(const char *arg) {
@@ -307,25 +435,29 @@ static int is_bind(const char *arg) {
 }
 
 static int inner(int argc, char **argv) {
-  /* kt-sandbox [--nproc N] [--stdio IN OUT] -- COMMAND... */
-  long limit = -1, in = -1, out = -1;
+  /* kt-sandbox [--nproc N] [--sync FD] [--stdio IN OUT ERR] -- COMMAND... */
+  long limit = -1, sync = -1, stdio[3] = { -1, -1, -1 };
   int i = 1;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     if (strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) limit = (long)parse_number(argv[++i], "process limit", 1UL << 30);
-    else if (strcmp(argv[i], "--stdio") == 0 && i + 2 < argc) {
-      in = (long)parse_number(argv[++i], "descriptor", 1 << 20);
-      out = (long)parse_number(argv[++i], "descriptor", 1 << 20);
+    else if (strcmp(argv[i], "--sync") == 0 && i + 1 < argc) sync = (long)parse_number(argv[++i], "descriptor", 1 << 20);
+    else if (strcmp(argv[i], "--stdio") == 0 && i + 3 < argc) {
+      for (int k = 0; k < 3; k++) stdio[k] = (long)parse_number(argv[++i], "descriptor", 1 << 20);
     } else fail("unknown option '%s'", argv[i]);
   }
-  if (i + 1 >= argc) fail("usage: kt-sandbox [--nproc N] [--stdio IN OUT] -- COMMAND [ARG...]");
+  if (i + 1 >= argc) fail("usage: kt-sandbox [--nproc N] [--sync FD] [--stdio IN OUT ERR] -- COMMAND [ARG...]");
   if (limit >= 0) {
     struct rlimit rl = { (rlim_t)limit, (rlim_t)limit };
     if (setrlimit(RLIMIT_NPROC, &rl) < 0) die("cannot set the process limit");
   }
-  if (in >= 0) {
-    if (dup2((int)in, 0) < 0 || dup2((int)out, 1) < 0) die("cannot take the channel");
-    if (in > 1) close((int)in);
-    if (out > 1) close((int)out);
+  if (sync >= 0) setup_done((int)sync);
+  if (stdio[0] >= 0) {
+    for (int k = 0; k < 3; k++) {
+      if (dup2((int)stdio[k], k) < 0) die("cannot take the channel");
+    }
+    for (int k = 0; k < 3; k++) {
+      if (stdio[k] > 2) close((int)stdio[k]);
+    }
   }
   execv(argv[i + 1], argv + i + 1);
   die("cannot run %s", argv[i + 1]);
@@ -333,6 +465,7 @@ static int inner(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "--sync") == 0) return inner(argc, argv);
   if (argc >= 2 && (strcmp(argv[1], "--nproc") == 0 || strcmp(argv[1], "--stdio") == 0)) return inner(argc, argv);
 
   long uid = -1, gid = -1;
@@ -438,6 +571,8 @@ int main(int argc, char **argv) {
   /* Changing ids cleared the parent-death signal: set it again, then make sure the server is still there. */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("prctl");
   if (getppid() != parent) fail("the server went away");
+
+  if (relay_sync >= 0) start_relay();
 
   char **exec_argv = calloc((size_t)(argc - end + 4), sizeof(char *));
   if (exec_argv == NULL) fail("out of memory");

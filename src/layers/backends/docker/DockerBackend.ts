@@ -25,7 +25,6 @@ import { Backend } from "../../../services/Backend.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
 import type * as Relay from "../agent/Relay.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
-import { asProviderError } from "./DockerAgent.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
@@ -120,15 +119,18 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
     // Warm pool hand-outs are recorded in the state directory (PoolIds.ts); without one, renamed.
     const poolIds = options.stateDir === undefined ? undefined : PoolIds.make(options.stateDir, engine.name)
     const containers = yield* DockerContainers.make(engine, settings, poolIds)
-    // Found once; without it every process is an Engine API exec.
-    const binaries = yield* NativeBinaries.locate(engine.name).pipe(
-      Effect.tapError((error) =>
-        Effect.logWarning(
-          `${engine.name} backend: no kt-agent (${asProviderError(engine.name, "find the agent")(error).detail}); every process will be an Engine API exec`
-        )
-      ),
-      Effect.option
-    )
+    // Found once. Without one every process is an Engine API exec; one that fails its check (changed
+    // since it was built) is never replaced by Engine exec: every computer is refused, saying why.
+    const located = yield* Effect.either(NativeBinaries.locate(engine.name))
+    const agentInvalid = Either.isLeft(located) && located.left.reason === "Invalid" ? located.left : undefined
+    if (Either.isLeft(located)) {
+      yield* Effect.logWarning(
+        agentInvalid === undefined
+          ? `${engine.name} backend: no kt-agent (${located.left.detail}); every process will be an Engine API exec`
+          : `${engine.name} backend: kt-agent failed its check (${located.left.detail}); computers will be refused`
+      )
+    }
+    const binaries = Either.getRight(located)
     const backend = Backend.of({
       name: engine.name,
       capabilities,
@@ -137,7 +139,9 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       find: containers.find,
       create: containers.create,
       start: containers.start,
-      connect: DockerConnection.connect({ engine, containers, binaries, agentRefused: new Map(), relay: options.relay, egress: options.egress }),
+      connect: DockerConnection.connect({
+        engine, containers, binaries, agentInvalid, agentRefused: new Map(), relay: options.relay, egress: options.egress
+      }),
       restart: containers.restart,
       remove: containers.remove,
       adopt: containers.adopt,

@@ -39,6 +39,8 @@ export interface ConnectionContext {
   readonly containers: Containers
   /** The agent's binary; none: every process is an Engine exec. */
   readonly binaries: Option.Option<NativeBinaries.NativeBinaries>
+  /** Why the agent failed its check at startup: then every computer is refused, never run without it. */
+  readonly agentInvalid?: ProviderError | undefined
   /** Images whose containers could not run the agent, and why: they use Engine exec at once. */
   readonly agentRefused: Map<string, string>
   /** A relay port inside each container whose connections the server serves (the egress proxy). */
@@ -65,6 +67,13 @@ const withoutAgent = (context: ConnectionContext, instance: Instance, why: strin
 const startAgent = (context: ConnectionContext, instance: Instance, onLost: (reason: string) => void) =>
   Effect.gen(function*() {
     const { engine, binaries, agentRefused, relay } = context
+    if (context.agentInvalid !== undefined) {
+      return yield* engine.fail(
+        "start the computer's agent",
+        "Invalid",
+        `${containerName(instance.metadata.id)} is refused: its agent failed verification (${context.agentInvalid.detail})`
+      )
+    }
     if (Option.isNone(binaries)) return yield* withoutAgent(context, instance, `no agent binary for the engine's architecture`)
     const refused = agentRefused.get(instance.metadata.image)
     if (refused !== undefined) return yield* withoutAgent(context, instance, `containers of ${instance.metadata.image} cannot run the agent (${refused})`)

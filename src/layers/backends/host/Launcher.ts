@@ -10,7 +10,8 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import { release } from "node:os"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { locateHelper } from "../agent/NativeBinaries.js"
+import { locateHelper, type VerifiedHelper } from "../agent/NativeBinaries.js"
+import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import * as Cgroups from "./Cgroups.js"
 import * as GuestUser from "./GuestUser.js"
 import type { HostIds } from "./GuestUser.js"
@@ -28,7 +29,7 @@ const kernelAtLeast = (major: number, minor: number) => {
 export const SANDBOX_LAUNCHER = "/run/kt-sandbox"
 
 /** Finds `kt-sandbox`, checked against its manifest (NativeBinaries.locateHelper). */
-export const locate: Effect.Effect<string, ProviderError> = locateHelper(NAME, "kt-sandbox")
+export const locate: Effect.Effect<VerifiedHelper, ProviderError> = locateHelper(NAME, "kt-sandbox")
 
 /**
  * A host path the sandbox sees at `dest`: bound (staged by kt-sandbox, so the unprivileged uid
@@ -80,7 +81,9 @@ export interface LaunchSpec {
 
 /** The launcher's command line for one sandbox. */
 export const launchArgs = (spec: LaunchSpec): Array<string> => [
-  // The channel (stdin/stdout) bypasses bubblewrap's init, whose descriptors the guest can open.
+  // The channel (stdin/stdout) and the agent's stderr bypass bubblewrap's init, whose descriptors
+  // the guest can take (it is dumpable and runs as the guest's uid): its own stderr is a pipe that
+  // only kt-sandbox's relay reads, and only until the sandbox is set up (kt-sandbox.c, step 6).
   "--channel",
   ...(spec.ids === undefined ? [] : ["--uid", String(spec.ids.uid), "--gid", String(spec.ids.gid)]),
   ...spec.cgroups.flatMap((dir) => ["--cgroup", dir]),
@@ -92,7 +95,7 @@ export const launchArgs = (spec: LaunchSpec): Array<string> => [
   ...sealArgs(),
   "--chdir", spec.cwd,
   "--",
-  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--stdio", "3", "4", "--",
+  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--sync", "8", "--stdio", "3", "4", "7", "--",
   ...spec.command
 ]
 
@@ -106,8 +109,10 @@ export interface LauncherOptions {
   readonly bwrap: string | undefined
   readonly network: boolean
   readonly limits: Cgroups.Limits
-  /** kt-agent on the host. */
+  /** kt-agent on the host: the server's private copy (PrivateHelpers.ts). */
   readonly agent: string
+  /** Where the server keeps private copies of the helpers it runs (PrivateHelpers.helpersDir). */
+  readonly helpers: string
   /** This server, and how to tell whether another server is alive (stale cgroups). */
   readonly owner: Owner
   readonly ownerAlive: (owner: Owner) => boolean
@@ -143,7 +148,8 @@ export interface SandboxLauncher {
  */
 export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, ProviderError> =>
   Effect.gen(function*() {
-    const launcher = yield* locate
+    // kt-sandbox runs, and is copied into each sandbox, from the server's copy of the bytes it checked.
+    const launcher = yield* PrivateHelpers.install(NAME, options.helpers, "kt-sandbox", (yield* locate).bytes)
     const bwrap = findBwrap(options.bwrap)
     const features = bwrap === undefined ? { disableUserns: false, tmpfsSize: false } : bwrapFeatures(bwrap)
     const root = GuestUser.serverIsRoot()
