@@ -44,7 +44,8 @@
  *
  * Errors go to stderr as one line, `kt-sandbox: ...`, and the exit status is 125.
  */
-#define _GNU_SOURCE
+#include "kt-sandbox/sandbox.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -61,34 +62,8 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
-#include <linux/mount.h>
 #include <unistd.h>
-
-#ifndef SYS_open_tree
-#define SYS_open_tree 428
-#endif
-#ifndef SYS_move_mount
-#define SYS_move_mount 429
-#endif
-#ifndef SYS_mount_setattr
-#define SYS_mount_setattr 442
-#endif
-#ifndef MOUNT_ATTR_IDMAP
-#define MOUNT_ATTR_IDMAP 0x00100000
-#endif
-#ifndef OPEN_TREE_CLONE
-#define OPEN_TREE_CLONE 1
-#endif
-#ifndef AT_RECURSIVE
-#define AT_RECURSIVE 0x8000
-#endif
-#ifndef MOVE_MOUNT_F_EMPTY_PATH
-#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
-#endif
-struct kt_mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_fd; };
 
 #define STAGE "/tmp"
 #define STAGE_DIR "/tmp/.kt"
@@ -96,7 +71,7 @@ struct kt_mount_attr { unsigned long long attr_set, attr_clr, propagation, usern
 
 extern char **environ;
 
-static void die(const char *fmt, ...) {
+void die(const char *fmt, ...) {
   va_list ap;
   int saved = errno;
   fputs("kt-sandbox: ", stderr);
@@ -108,7 +83,7 @@ static void die(const char *fmt, ...) {
   exit(125);
 }
 
-static void fail(const char *fmt, ...) {
+void fail(const char *fmt, ...) {
   va_list ap;
   fputs("kt-sandbox: ", stderr);
   va_start(ap, fmt);
@@ -118,7 +93,7 @@ static void fail(const char *fmt, ...) {
   exit(125);
 }
 
-static unsigned long parse_number(const char *text, const char *what, unsigned long max) {
+unsigned long parse_number(const char *text, const char *what, unsigned long max) {
   char *end;
   errno = 0;
   unsigned long value = strtoul(text, &end, 10);
@@ -187,29 +162,40 @@ static void mount_stage(void) {
   if (mkdir(STAGE_DIR, 0755) < 0) die("mkdir " STAGE_DIR);
 }
 
-/* Bind-mounts the host path open as `fd` at STAGE_DIR/N and returns that path. */
-static void stage_idmapped(int fd, const char *to, const char *source, long uid, long gid);
+static void stage_idmapped(int tree, const struct stat *owner, const char *to, const char *source, long uid, long gid);
 
-static char *stage(int fd, int n, const char *source, int idmap, long uid, long gid) {
-  struct stat st;
-  char from[64], *to;
-  if (fstat(fd, &st) < 0) die("cannot stat %s", source);
+/* An empty mountpoint at STAGE_DIR/N for a directory or a file; returns its path. */
+static char *stage_point(int directory, int n) {
+  char *to;
   if (asprintf(&to, STAGE_DIR "/%d", n) < 0) fail("out of memory");
-  if (S_ISDIR(st.st_mode)) {
+  if (directory) {
     if (mkdir(to, 0755) < 0) die("mkdir %s", to);
   } else {
     int file = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (file < 0) die("creating %s", to);
     close(file);
   }
-  if (idmap) {
-    stage_idmapped(fd, to, source, uid, gid);
-    close(fd);
-    return to;
-  }
+  return to;
+}
+
+/* Bind-mounts the host path open as `fd` at STAGE_DIR/N and returns that path. */
+static char *stage(int fd, int n, const char *source) {
+  char from[64], *to = stage_point(is_directory(fd), n);
   snprintf(from, sizeof from, "/proc/self/fd/%d", fd);
   if (mount(from, to, NULL, MS_BIND | MS_REC, NULL) < 0) die("cannot stage %s", source);
   close(fd);
+  return to;
+}
+
+/* A user's directory: its copy out of the template (stage.c), with the deny rules on it. */
+struct user_mount { int tree; struct stat st; };
+
+/* Attaches the copy at STAGE_DIR/N, idmapped to UID/GID when the server is root; returns that path. */
+static char *stage_user(struct user_mount *user, int n, const char *label, int idmap, long uid, long gid) {
+  char *to = stage_point(S_ISDIR(user->st.st_mode), n);
+  if (idmap) stage_idmapped(user->tree, &user->st, to, label, uid, gid);
+  else if (syscall(SYS_move_mount, user->tree, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("cannot stage %s", label);
+  close(user->tree);
   return to;
 }
 
@@ -263,20 +249,17 @@ static int idmap_userns(uid_t from_uid, gid_t from_gid, long to_uid, long to_gid
   return fd;
 }
 
-/* Mounts the host path open as `fd` at `to`, idmapped from its owner to UID/GID (see idmap_userns). */
-static void stage_idmapped(int fd, const char *to, const char *source, long uid, long gid) {
-  struct stat st;
-  if (fstat(fd, &st) < 0) die("cannot stat %s", source);
-  int tree = (int)syscall(SYS_open_tree, fd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
-  if (tree < 0) die("cannot clone the mount of %s", source);
+/* Mounts the detached `tree` at `to`, idmapped from the owner of its root to UID/GID (see idmap_userns). */
+static void stage_idmapped(int tree, const struct stat *owner, const char *to, const char *source, long uid, long gid) {
+  struct stat st = *owner;
   int userns = idmap_userns(st.st_uid, st.st_gid, uid, gid);
   struct kt_mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (unsigned long long)userns };
   if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0) {
-    die("cannot map the owner of %s (uid %u) to the computer's uid: its filesystem has no idmapped mounts", source, (unsigned)st.st_uid);
+    die("cannot map the owner of %s (uid %u) to the computer's uid: a filesystem in it has no idmapped mounts "
+        "(--deny-read inside a mount hides with tmpfs, which has them since Linux 6.3)", source, (unsigned)st.st_uid);
   }
   close(userns);
   if (syscall(SYS_move_mount, tree, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("cannot stage %s", source);
-  close(tree);
 }
 
 /* Every descriptor above 2 becomes close-on-exec (those the launcher hands on are made later). */
@@ -302,8 +285,11 @@ static void move_channel(void) {
 }
 
 static int is_bind(const char *arg) {
-  return strcmp(arg, "--kt-bind") == 0 || strcmp(arg, "--kt-ro-bind") == 0 || strcmp(arg, "--kt-user-bind") == 0 ||
-    strcmp(arg, "--kt-user-ro-bind") == 0;
+  return strcmp(arg, "--kt-bind") == 0 || strcmp(arg, "--kt-ro-bind") == 0;
+}
+
+static int is_user_bind(const char *arg) {
+  return strcmp(arg, "--kt-user-bind") == 0 || strcmp(arg, "--kt-user-ro-bind") == 0;
 }
 
 static int inner(int argc, char **argv) {
@@ -334,8 +320,12 @@ static int inner(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--nproc") == 0 || strcmp(argv[1], "--stdio") == 0)) return inner(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--make-templates") == 0) return make_templates(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--engine-stage") == 0) return engine_stage(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--engine-unstage") == 0) return engine_unstage(argc, argv);
 
   long uid = -1, gid = -1;
+  struct templates templates = { .userns = -1, .mntns = -1 };
   int i = 1;
   pid_t parent = getppid();
   cloexec_inherited();
@@ -344,7 +334,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--uid") == 0 && i + 1 < argc) uid = (long)parse_number(argv[++i], "uid", 0xfffffffeUL);
     else if (strcmp(argv[i], "--gid") == 0 && i + 1 < argc) gid = (long)parse_number(argv[++i], "gid", 0xfffffffeUL);
     else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) join_cgroup(argv[++i]);
-    else fail("unknown option '%s'", argv[i]);
+    else if (!template_option(&templates, argc, argv, &i)) fail("unknown option '%s'", argv[i]);
   }
   if ((uid < 0) != (gid < 0)) fail("--uid and --gid go together");
   if (uid == 0 || gid == 0) fail("refusing to run the sandbox as root");
@@ -354,16 +344,37 @@ int main(int argc, char **argv) {
   if (drop && geteuid() != 0) fail("--uid needs root");
 
   /* Open the host paths in the private namespace (a bind needs a mount of this namespace), before
-   * the staging tmpfs hides what the host has under /tmp; then stage them. */
-  if (drop) private_mounts();
+   * the staging tmpfs hides what the host has under /tmp; then stage them. The user's directories
+   * come from the templates (stage.c): the private namespace is then a copy of theirs. */
+  int staging = drop || templates.mntns >= 0;
+  if (templates.mntns >= 0) join_templates(&templates);
+  if (staging) private_mounts();
   int first = i, end = i;
   while (end < argc && strcmp(argv[end], "--") != 0) end++;
   if (end >= argc - 1) fail("no command after the bubblewrap options");
   int *fds = calloc((size_t)argc, sizeof(int));
-  if (fds == NULL) fail("out of memory");
+  struct user_mount *users = calloc((size_t)argc, sizeof(struct user_mount));
+  if (fds == NULL || users == NULL) fail("out of memory");
+  /* The user's directories first, copied out of their templates; then the templates' tmpfs goes,
+   * and /tmp shows the host's again for the host paths below. */
+  for (int j = first; j < end; j++) {
+    if (!is_user_bind(argv[j])) continue;
+    if (templates.mntns < 0) fail("%s needs --templates", argv[j]);
+    if (j + 3 >= end) fail("%s takes TEMPLATE, FD and DEST", argv[j]);
+    char label[PATH_MAX + 32];
+    snprintf(label, sizeof label, "the mount at %s", argv[j + 3]);
+    int obj = template_object(&templates, argv[j + 1], argv[j + 2], label);
+    if (fstat(obj, &users[j].st) < 0) die("fstat");
+    users[j].tree = clone_tree(obj, label);
+    close(obj);
+    j += 3;
+  }
+  if (templates.mntns >= 0 && umount2("/tmp", MNT_DETACH) < 0) die("cannot set the templates aside");
   for (int j = first; j < end; j++) {
     fds[j] = -1;
-    if (is_bind(argv[j]) && j + 2 < end) {
+    if (is_user_bind(argv[j])) {
+      j += 3;
+    } else if (is_bind(argv[j]) && j + 2 < end) {
       if (drop) {
         fds[j] = open(argv[j + 1], O_PATH | O_CLOEXEC);
         if (fds[j] < 0) die("cannot open %s", argv[j + 1]);
@@ -377,19 +388,26 @@ int main(int argc, char **argv) {
       j += 2;
     }
   }
-  if (drop) mount_stage();
+  if (staging) mount_stage();
 
   struct args options = { 0 };
   int staged = 0;
   for (int j = first; j < end; j++) {
     const char *arg = argv[j];
     int ro = strcmp(arg, "--kt-ro-bind") == 0 || strcmp(arg, "--kt-user-ro-bind") == 0;
-    int user = strncmp(arg, "--kt-user-", 10) == 0;
-    if (is_bind(arg)) {
+    if (is_user_bind(arg)) {
+      if (j + 3 >= end) fail("%s takes TEMPLATE, FD and DEST", arg);
+      add(&options, ro ? "--ro-bind" : "--bind");
+      char *path = stage_user(&users[j], staged++, argv[j + 3], drop, uid, gid);
+      add(&options, path);
+      free(path);
+      add(&options, argv[j + 3]);
+      j += 3;
+    } else if (is_bind(arg)) {
       if (j + 2 >= end) fail("%s takes SRC and DEST", arg);
       add(&options, ro ? "--ro-bind" : "--bind");
       if (drop) {
-        char *path = stage(fds[j], staged++, argv[j + 1], user, uid, gid);
+        char *path = stage(fds[j], staged++, argv[j + 1]);
         add(&options, path);
         free(path);
       } else {
@@ -418,6 +436,7 @@ int main(int argc, char **argv) {
     }
   }
   free(fds);
+  free(users);
   int options_fd = memfd_with("bwrap-args", options.buf, options.len);
   free(options.buf);
 
