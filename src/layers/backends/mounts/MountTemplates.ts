@@ -29,7 +29,30 @@ export interface MountTemplates {
   readonly options: ReadonlyArray<string>
   /** Template, descriptor and label of a mount, as `--kt-user-bind` and `--engine-stage` take them. */
   readonly spec: (mount: HeldMount) => readonly [template: string, fd: string, label: string]
+  /**
+   * Copies each mount out of its template to its `path` in the host's mount namespace, for a
+   * container engine to bind (root only; `--engine-stage`).
+   */
+  readonly stage: (entries: ReadonlyArray<{ readonly path: string; readonly mount: HeldMount }>) => Effect.Effect<void, ProviderError>
+  /** Unmounts the `paths` and removes them when they are empty (`--engine-unstage`). */
+  readonly unstage: (paths: ReadonlyArray<string>) => Effect.Effect<void, ProviderError>
 }
+
+/** Runs kt-sandbox to its end; its stderr is the failure's detail. */
+const run = (launcher: string, args: ReadonlyArray<string>, fds: ReadonlyArray<number>, backend: string, operation: string) =>
+  Effect.async<void, ProviderError>((resume) => {
+    const child = spawn(launcher, [...args], { env: MINIMAL_ENV, stdio: ["ignore", "ignore", "pipe", "ignore", "ignore", ...fds] })
+    let stderr = ""
+    child.stderr!.on("data", (chunk: Buffer) => {
+      if (stderr.length < 4096) stderr += chunk.toString()
+    })
+    child.on("error", (error) => resume(providerError(backend, operation, "Failed", `cannot run ${launcher}: ${error.message}`)))
+    child.on("close", (code) =>
+      resume(code === 0 ? Effect.void : providerError(backend, operation, "Failed", stderr.trim() || `kt-sandbox ended with status ${code}`)))
+    return Effect.sync(() => child.kill("SIGKILL"))
+  }).pipe(
+    Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => providerError(backend, operation, "Timeout", "kt-sandbox did not finish within 30 seconds") })
+  )
 
 /** Every descriptor handed on, numbered in the child from FIRST_FD. */
 const numbering = (fds: ReadonlyArray<number>) => (fd: number) => String(FIRST_FD + fds.indexOf(fd))
@@ -107,14 +130,19 @@ export const make = (
     const nsFds = namespace.userns === undefined ? [namespace.mntns] : [namespace.userns, namespace.mntns]
     const fds = [...new Set([...nsFds, ...objects.roots.map((root) => root.fd), ...objects.mounts.map((mount) => mount.object.fd)])]
     const number = numbering(fds)
+    const options = [
+      "--templates",
+      namespace.userns === undefined ? "-" : number(namespace.userns),
+      number(namespace.mntns),
+      ...objects.roots.flatMap((root, index) => ["--source", number(root.fd), rootLabel(index)])
+    ]
+    const spec = (mount: HeldMount) => [String(mount.root), number(mount.object.fd), mountLabel(mount.mount)] as const
     return {
       fds,
-      options: [
-        "--templates",
-        namespace.userns === undefined ? "-" : number(namespace.userns),
-        number(namespace.mntns),
-        ...objects.roots.flatMap((root, index) => ["--source", number(root.fd), rootLabel(index)])
-      ],
-      spec: (mount) => [String(mount.root), number(mount.object.fd), mountLabel(mount.mount)] as const
+      options,
+      spec,
+      stage: (entries) =>
+        run(launcher, ["--engine-stage", ...options, "--", ...entries.flatMap(({ path, mount }) => [path, ...spec(mount)])], fds, backend, "prepare the mounts"),
+      unstage: (paths) => paths.length === 0 ? Effect.void : run(launcher, ["--engine-unstage", ...paths], [], backend, "remove the staged mounts")
     }
   })
