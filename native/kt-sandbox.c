@@ -375,7 +375,7 @@ int main(int argc, char **argv) {
     if (is_user_bind(argv[j])) {
       j += 3;
     } else if (is_bind(argv[j]) && j + 2 < end) {
-      if (drop) {
+      if (staging) {
         fds[j] = open(argv[j + 1], O_PATH | O_CLOEXEC);
         if (fds[j] < 0) die("cannot open %s", argv[j + 1]);
       }
@@ -406,7 +406,7 @@ int main(int argc, char **argv) {
     } else if (is_bind(arg)) {
       if (j + 2 >= end) fail("%s takes SRC and DEST", arg);
       add(&options, ro ? "--ro-bind" : "--bind");
-      if (drop) {
+      if (staging) {
         char *path = stage(fds[j], staged++, argv[j + 1]);
         add(&options, path);
         free(path);
