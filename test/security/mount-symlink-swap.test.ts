@@ -31,23 +31,30 @@ describeIf(requirementsMet, requirements)("a symlink swapped in for a mount sour
         project?.remove()
       })
 
-      it("a restarted computer and a new one get the directories the server resolved, never the links' target", async () => {
-        const id = computerId("swap")
-        const swapped = await sh(server, id, `cd ~/app && mv data d0 && ln -s ${project.private} data && mv sub s0 && mkdir sub && ln -s ${project.private} sub/locked && echo swapped`)
-        assert.strictEqual(swapped.stdout, "swapped\n", swapped.all)
+      /** The restarted computer `id` and a new one: what `script` shows in each. */
+      const afterRestart = async (id: string, script: string) => {
         const restarted = await server.call("computer_restart", { computer_id: id })
         assert.isFalse(restarted.isError, restarted.text)
-        for (const computer of [id, computerId("fresh")]) {
-          const seen = await sh(server, computer, [
-            "cat ~/data/d.txt",
-            "cat ~/data/secret.txt ~/app/sub/locked/secret.txt",
-            "ls ~/data ~/app/sub/locked/",
-            "touch ~/data/planted ~/app/sub/locked/planted",
-            "echo changed > ~/app/s0/locked/l.txt",
-            "echo end"
-          ].join("; "))
-          assert.notInclude(seen.all, project.secretText, `${computer} read the server's private file`)
+        return [await sh(server, id, script), await sh(server, computerId("fresh"), script)]
+      }
+
+      it("a nested mount source replaced by a link: later computers get the directory the server resolved", async () => {
+        const id = computerId("swap")
+        const swapped = await sh(server, id, `cd ~/app && mv data d0 && ln -s ${project.private} data && echo swapped`)
+        assert.strictEqual(swapped.stdout, "swapped\n", swapped.all)
+        for (const seen of await afterRestart(id, "cat ~/data/d.txt ~/data/secret.txt; ls ~/data; touch ~/data/planted; echo end")) {
+          assert.notInclude(seen.all, project.secretText, "a computer read the server's private file")
           assert.include(seen.stdout, "the data\n", "the nested mount is the directory the server resolved, wherever it was moved")
+        }
+        assert.deepStrictEqual(readdirSync(project.private), ["secret.txt"], "nothing was written into the private directory")
+      }, 240_000)
+
+      it("a denied directory replaced by a link: later computers never see the link's target", async () => {
+        const id = computerId("swap")
+        const swapped = await sh(server, id, `cd ~/app && mv sub s0 && mkdir sub && ln -s ${project.private} sub/locked && echo swapped`)
+        assert.strictEqual(swapped.stdout, "swapped\n", swapped.all)
+        for (const seen of await afterRestart(id, "cat ~/app/sub/locked/secret.txt; touch ~/app/sub/locked/planted; echo changed > ~/app/s0/locked/l.txt; echo end")) {
+          assert.notInclude(seen.all, project.secretText, "a computer read the server's private file")
           assert.match(seen.stderr, /s0\/locked\/l\.txt.*Read-only file system/, "the denied directory is still read-only where it was moved")
         }
         assert.deepStrictEqual(readdirSync(project.private), ["secret.txt"], "nothing was written into the private directory")
