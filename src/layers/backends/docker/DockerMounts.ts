@@ -207,7 +207,7 @@ export const make = (options: {
       : "/nonexistent"
     if (objects.roots.length > 0) {
       yield* Effect.logWarning(
-        `${backend} backend: the engine binds the --mount paths itself (this server is not root in its mount namespace): each is checked right before a container starts, which leaves a moment in which a computer could swap one`
+        `${backend} backend: the engine binds the --mount paths itself (this server cannot stage them: it is not root in the engine's mount namespace, or has no state directory); each is checked right before a container starts, which leaves a moment in which a computer could swap one`
       )
     }
     return checked(policy, objects, emptyDir, backend)
