@@ -4,7 +4,8 @@
  *
  * Outer mode (run by the server, outside the sandbox):
  *
- *   kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... [--channel] -- BWRAP [OPTION...] -- COMMAND [ARG...]
+ *   kt-sandbox [--uid UID --gid GID] [--cgroup DIR]... [--channel] [--templates USERNS MNTNS --source FD LABEL...]
+ *              -- BWRAP [OPTION...] -- COMMAND [ARG...]
  *
  *   0. marks every inherited descriptor but stdin, stdout and stderr close-on-exec, so nothing the
  *      server happened to inherit reaches the sandbox; with --channel, moves stdin and stdout (the
@@ -12,9 +13,12 @@
  *      init, pid 1 in the sandbox and readable by its processes through /proc/1/fd, closes every
  *      descriptor above 2, so only the command (see --stdio below) holds the channel;
  *   1. joins every cgroup DIR (writes its own pid to DIR/cgroup.procs);
- *   2. with --uid (the server is root): opens the host paths of `--kt-bind`/`--kt-ro-bind` as root,
- *      enters a private mount namespace, mounts a small tmpfs on /tmp there and bind-mounts each of
- *      those paths at /tmp/.kt/N, so that bubblewrap, running as the unprivileged UID, can reach them
+ *   2. with --templates (the user's directories, see kt-sandbox/stage.c): joins the templates' mount
+ *      namespace (its user namespace first, unless USERNS is `-`: the server is root), and copies each
+ *      --kt-user-bind out of its template; then, with --uid or --templates, enters a private mount
+ *      namespace (a copy), lets the templates' tmpfs go, opens the host paths of
+ *      `--kt-bind`/`--kt-ro-bind`, mounts a small tmpfs on /tmp there and mounts each of them and
+ *      each copy at /tmp/.kt/N, so that bubblewrap, running as the unprivileged UID, can reach them
  *      wherever they are (a state directory under /root, say). The host never sees these mounts;
  *   3. with --uid: drops every group and becomes UID/GID (real, effective and saved ids);
  *   4. joins a new, empty session keyring, so the sandbox does not possess the server's one;
@@ -22,13 +26,15 @@
  *      shows `bwrap --args N -- COMMAND...` as its command line, with no host path in it.
  *
  *   Options of ours inside the bubblewrap options, rewritten on the way:
- *     --kt-bind SRC DEST     a read-write bind of a host path (staged with --uid, else --bind SRC DEST)
+ *     --kt-bind SRC DEST     a read-write bind of a host path (staged as in 2, else --bind SRC DEST)
  *     --kt-ro-bind SRC DEST  the same, read-only
- *     --kt-user-bind SRC DEST, --kt-user-ro-bind SRC DEST
- *                            the user's own files (--mount): as --kt-bind/--kt-ro-bind, and with --uid
- *                            the staged mount is idmapped (mount_setattr MOUNT_ATTR_IDMAP) so that the
- *                            owner of SRC on disk is UID/GID through it: the sandbox can work on the
- *                            user's files, and what it creates there belongs, on disk, to SRC's owner
+ *     --kt-user-bind T FD DEST, --kt-user-ro-bind T FD DEST
+ *                            the user's own files (--mount): the object the server holds as FD (since
+ *                            it started), copied out of template T with the deny rules mounted on it,
+ *                            never found by a path a computer can change; with --uid the copy is
+ *                            idmapped (mount_setattr MOUNT_ATTR_IDMAP) so that the owner of the
+ *                            directory on disk is UID/GID through it: the sandbox can work on the
+ *                            user's files, and what it creates there belongs, on disk, to its owner
  *     --kt-data DEST TEXT    a read-only file holding TEXT (a memfd given to --ro-bind-data)
  *     --kt-exec SRC DEST     a read-only executable copy of the host file SRC (--ro-bind-data), so
  *                            that the sandbox's mount table does not show where SRC lives
@@ -41,6 +47,8 @@
  *   and stdout again, and execs COMMAND. Set inside the sandbox's user
  *   namespace, the limit counts only that namespace's processes (Linux counts them per user
  *   namespace since 5.14), so it is a per-computer limit even when the server is not root.
+ *
+ * Template and engine modes (--make-templates, --engine-stage, --engine-unstage): see kt-sandbox/stage.c.
  *
  * Errors go to stderr as one line, `kt-sandbox: ...`, and the exit status is 125.
  */
@@ -162,7 +170,6 @@ static void mount_stage(void) {
   if (mkdir(STAGE_DIR, 0755) < 0) die("mkdir " STAGE_DIR);
 }
 
-static void stage_idmapped(int tree, const struct stat *owner, const char *to, const char *source, long uid, long gid);
 
 /* An empty mountpoint at STAGE_DIR/N for a directory or a file; returns its path. */
 static char *stage_point(int directory, int n) {
@@ -197,69 +204,6 @@ static char *stage_user(struct user_mount *user, int n, const char *label, int i
   else if (syscall(SYS_move_mount, user->tree, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("cannot stage %s", label);
   close(user->tree);
   return to;
-}
-
-static void write_file(const char *path, const char *text) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) die("cannot open %s", path);
-  ssize_t n = write(fd, text, strlen(text));
-  if (n != (ssize_t)strlen(text)) die("cannot write %s", path);
-  close(fd);
-}
-
-/* A user namespace whose only mapping is `from` (the files' owner on disk) → `to` (the sandbox's
- * uid/gid): given to MOUNT_ATTR_IDMAP, files of `from` show as `to` through the mount, and files
- * `to` creates are written as `from`. Made by a child that waits in it while its maps are written. */
-static int idmap_userns(uid_t from_uid, gid_t from_gid, long to_uid, long to_gid) {
-  int ready[2];
-  if (pipe2(ready, O_CLOEXEC) < 0) die("pipe");
-  pid_t child = fork();
-  if (child < 0) die("fork");
-  if (child == 0) {
-    char byte;
-    if (unshare(CLONE_NEWUSER) < 0) _exit(1);
-    close(ready[1]);
-    /* Told to go (or orphaned) when the parent has what it needs. */
-    while (read(ready[0], &byte, 1) < 0 && errno == EINTR) {}
-    _exit(0);
-  }
-  close(ready[0]);
-  char path[64], map[96];
-  /* Wait until the child is in its own user namespace. */
-  char mine[64], theirs[64];
-  ssize_t a = readlink("/proc/self/ns/user", mine, sizeof mine - 1);
-  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
-  for (int tries = 0; tries < 2000; tries++) {
-    ssize_t b = readlink(path, theirs, sizeof theirs - 1);
-    if (a > 0 && b > 0 && (a != b || memcmp(mine, theirs, (size_t)a) != 0)) break;
-    usleep(500);
-  }
-  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)child);
-  snprintf(map, sizeof map, "%u %ld 1\n", (unsigned)from_uid, to_uid);
-  write_file(path, map);
-  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)child);
-  snprintf(map, sizeof map, "%u %ld 1\n", (unsigned)from_gid, to_gid);
-  write_file(path, map);
-  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) die("cannot open %s", path);
-  close(ready[1]);
-  int status;
-  waitpid(child, &status, 0);
-  return fd;
-}
-
-/* Mounts the detached `tree` at `to`, idmapped from the owner of its root to UID/GID (see idmap_userns). */
-static void stage_idmapped(int tree, const struct stat *owner, const char *to, const char *source, long uid, long gid) {
-  struct stat st = *owner;
-  int userns = idmap_userns(st.st_uid, st.st_gid, uid, gid);
-  struct kt_mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (unsigned long long)userns };
-  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0) {
-    die("cannot map the owner of %s (uid %u) to the computer's uid: a filesystem in it has no idmapped mounts "
-        "(--deny-read inside a mount hides with tmpfs, which has them since Linux 6.3)", source, (unsigned)st.st_uid);
-  }
-  close(userns);
-  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH) < 0) die("cannot stage %s", source);
 }
 
 /* Every descriptor above 2 becomes close-on-exec (those the launcher hands on are made later). */

@@ -60,6 +60,8 @@ struct kt_mount_attr { unsigned long long attr_set, attr_clr, propagation, usern
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 unsigned long parse_number(const char *text, const char *what, unsigned long max);
+/* Writes `text` to the existing file `path` (a /proc map, say), or dies. */
+void write_file(const char *path, const char *text);
 
 /* The user's directories (stage.c). */
 struct templates {
@@ -81,5 +83,8 @@ int template_object(const struct templates *t, const char *index, const char *fd
 int clone_tree(int fd, const char *label);
 /* Whether the object open as `fd` is a directory. */
 int is_directory(int fd);
+
+/* Mounts the detached `tree` at `to`, idmapped from the owner of its root (`owner`) to UID/GID (idmap.c). */
+void stage_idmapped(int tree, const struct stat *owner, const char *to, const char *source, long uid, long gid);
 
 #endif

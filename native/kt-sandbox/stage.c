@@ -49,14 +49,6 @@
 /* A rename racing a lookup is retried this many times (a guest renaming in a loop cannot win them all). */
 #define ATTEMPTS 400
 
-static void write_text(const char *path, const char *text) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) die("cannot open %s", path);
-  size_t n = strlen(text);
-  if (write(fd, text, n) != (ssize_t)n) die("cannot write %s", path);
-  close(fd);
-}
-
 int is_directory(int fd) {
   struct stat st;
   if (fstat(fd, &st) < 0) die("fstat");
@@ -236,11 +228,11 @@ int make_templates(int argc, char **argv) {
   if (userns) {
     if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) die("cannot create a user and mount namespace for the templates");
     char map[64];
-    write_text("/proc/self/setgroups", "deny");
+    write_file("/proc/self/setgroups", "deny");
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
-    write_text("/proc/self/uid_map", map);
+    write_file("/proc/self/uid_map", map);
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
-    write_text("/proc/self/gid_map", map);
+    write_file("/proc/self/gid_map", map);
   } else {
     if (geteuid() != 0) fail("--make-templates without --userns needs root");
     if (unshare(CLONE_NEWNS) < 0) die("cannot create a mount namespace for the templates");
