@@ -10,7 +10,8 @@
  *     read-only binds mounted on the denied objects) to `<stateDir>/engine-mounts/<container>/<key>`,
  *     the engine binds that (recursively: the masks come along), and the copy is unmounted as soon
  *     as the engine is done (the container keeps its own). Nothing a computer renames or links
- *     changes what a later container gets. Leftovers of a crash are swept when the backend starts.
+ *     changes what a later container gets. Leftovers of a crash (untouched for 15 minutes) are swept
+ *     when the backend starts.
  *   - "checked" (otherwise: a non-root server with the engine's socket, an engine in another mount
  *     namespace or on another machine): the engine binds each source's current path, with masks at
  *     the deny targets' current places; right before create, start or restart each of those paths is
@@ -22,10 +23,11 @@
  * processes run as the image's user, and what they create in a bind mount belongs on disk to that
  * uid; run them as the directory's owner with `--docker-run-flag=--user=UID:GID`.
  */
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { createHash } from "node:crypto"
-import { chmodSync, closeSync, mkdirSync, mkdtempSync, readdirSync, readFileSync } from "node:fs"
+import { chmodSync, closeSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
@@ -58,20 +60,32 @@ const mountedBelow = (dir: string): Array<string> =>
     .filter((point): point is string => point !== undefined && point.startsWith(`${dir}/`))
     .sort((a, b) => b.length - a.length)
 
-/**
- * The staging entries `<dir>/<container>/<key>` and `<dir>/<container>`, deepest first; listed only
- * once nothing is mounted there any more, and never deeper (that would be a user's directory).
- */
-const entriesBelow = (dir: string): Array<string> => {
-  const list = (path: string) => {
-    try {
-      return readdirSync(path).map((name) => join(path, name))
-    } catch {
-      return []
-    }
+const list = (path: string) => {
+  try {
+    return readdirSync(path).map((name) => join(path, name))
+  } catch {
+    return []
   }
-  return list(dir).flatMap((container) => [...list(container), container])
 }
+
+/**
+ * Unmounts what is mounted in the staging directories `containers` (`<root>/<container>`), then
+ * removes their entries and them; entries are listed only once nothing is mounted there any more,
+ * and never deeper (that would be a user's directory).
+ */
+const clear = (templates: MountTemplates, containers: ReadonlyArray<string>) =>
+  containers.length === 0 ? Effect.void : Effect.suspend(() =>
+    templates.unstage(containers.flatMap(mountedBelow)).pipe(
+      Effect.zipRight(Effect.suspend(() => templates.unstage(containers.flatMap((dir) => [...list(dir), dir]))))
+    )
+  )
+
+/**
+ * A staging directory left by a crash: untouched for longer than any create, start or restart
+ * takes (an image pull included), so that a second server sharing the state directory never loses
+ * the copies it is staging now.
+ */
+const STALE_MS = 15 * 60_000
 
 const staged = (
   policy: Mounts.FilesystemPolicy,
@@ -84,11 +98,18 @@ const staged = (
     const key = (held: MountObjects.HeldMount) =>
       createHash("sha256").update(`${held.mount.source}\0${held.mount.target}\0${held.mount.readOnly}`).digest("hex").slice(0, 16)
     const byKey = new Map(objects.mounts.map((held) => [key(held), held]))
-    const sweep = Effect.suspend(() => templates.unstage(mountedBelow(root))).pipe(
-      Effect.zipRight(Effect.suspend(() => templates.unstage(entriesBelow(root))))
-    )
-    yield* sweep
-    yield* Effect.addFinalizer(() => sweep.pipe(Effect.catchAll((error) => Effect.logWarning(error.message))))
+    const now = yield* Clock.currentTimeMillis
+    const stale = (dir: string) => {
+      try {
+        return now - statSync(dir).mtimeMs > STALE_MS
+      } catch {
+        return false
+      }
+    }
+    yield* clear(templates, list(root).filter(stale))
+    /** This server's staging directories: each is cleared after its engine call, and again at the end. */
+    const ours = new Set<string>()
+    yield* Effect.addFinalizer(() => clear(templates, [...ours]).pipe(Effect.catchAll((error) => Effect.logWarning(error.message))))
     mkdirSync(root, { recursive: true, mode: 0o700 })
     chmodSync(root, 0o700)
     const refuse = (detail: string) => providerError(backend, "start the container", "Conflict", `${detail}; factory-reset the computer to make it with the mounts as they are now`)
@@ -115,6 +136,7 @@ const staged = (
           if (entries.length === 0) return yield* call
           const paths = entries.map((entry) => entry.path)
           const dirs = [...new Set(paths.map((path) => dirname(path)))]
+          dirs.forEach((dir) => ours.add(dir))
           return yield* Effect.acquireUseRelease(
             Effect.zipRight(Effect.sync(() => dirs.forEach((dir) => mkdirSync(dir, { recursive: true, mode: 0o700 }))), templates.stage(entries)),
             () => call,
