@@ -20,6 +20,8 @@ export interface AgentCommand {
   readonly env: Readonly<Record<string, string>>
   /** Where to create the FIFO that carries the agent's frames (its stdout); it must not exist yet. */
   readonly channel: string
+  /** The server's descriptors the command gets as its descriptors 5, 6, … (kt-sandbox's mount templates). */
+  readonly fds?: ReadonlyArray<number> | undefined
 }
 
 /** Starts the agent process (see `make`). */
@@ -39,7 +41,7 @@ export const launch = (backend: string, command: AgentCommand, options: AgentOpt
     const child = spawnChild(command.file, [...command.args], {
       cwd: command.cwd,
       env: { ...command.env },
-      stdio: ["pipe", writeFd, "pipe"]
+      stdio: ["pipe", writeFd, "pipe", ...(command.fds === undefined || command.fds.length === 0 ? [] : ["ignore", "ignore", ...command.fds] as const)]
     })
     return new AgentClient(backend, child, fromFifo(readFd), false, options)
   } catch (error) {
