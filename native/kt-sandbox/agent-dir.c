@@ -9,9 +9,9 @@
  *   DIR/store        the agent's store (its retained output and next handle), owned by the
  *                    computer's uid when the server is root.
  * They become descriptors 4 (the socket, in the place of the channel's output: `--stdio 3 4` makes it
- * the agent's stdout, hence `kt-agent --listen-fd 1`), 10 (the store: `--store-fd 10`) and 11 (the
- * lock), out of the way of the launcher's own. Needs --channel before it (stdin, the key, is then
- * descriptor 3).
+ * the agent's stdout, hence `kt-agent --listen-fd 1`), 900 (the store: `--store-fd 900`) and 901
+ * (the lock), far out of the way of the launcher's own (3, 4, 7, 8, and mount templates from 5 on).
+ * Needs --channel before it (stdin, the key, is then descriptor 3).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +27,10 @@
 
 #include "agent-dir.h"
 
+/* Far above the descriptors the server hands kt-sandbox (its mount templates from 5 on). */
+#define STORE_FD 900
+#define LOCK_FD 901
+
 static void die_errno(const char *what) {
   fprintf(stderr, "kt-sandbox: %s: %s\n", what, strerror(errno));
   exit(125);
@@ -35,7 +39,7 @@ static void die_errno(const char *what) {
 /* Above the descriptors it fills, so that placing one never closes another. */
 static int high(int fd) {
   if (fd < 0) return fd;
-  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 20);
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 910);
   if (moved < 0) die_errno("fcntl");
   close(fd);
   return moved;
@@ -75,6 +79,6 @@ void agent_dir(const char *dir, long uid, long gid) {
   if (uid >= 0 && fchown(store, (uid_t)uid, (gid_t)gid) < 0) die_errno("cannot give the store to the computer's uid");
   close(dfd);
   place(sock, 4);
-  place(store, 10);
-  place(lock, 11);
+  place(store, STORE_FD);
+  place(lock, LOCK_FD);
 }

@@ -24,6 +24,8 @@ export interface AgentCommand {
   readonly cwd: string
   /** The launcher's own environment (guest processes never inherit it). */
   readonly env: Readonly<Record<string, string>>
+  /** The server's descriptors the command gets as its descriptors 5, 6, … (kt-sandbox's mount templates). */
+  readonly fds?: ReadonlyArray<number> | undefined
 }
 
 export interface AgentPlace {
@@ -37,6 +39,13 @@ export interface AgentPlace {
 const ATTACH_TIMEOUT = "20 seconds"
 /** Exit status of a launch that found the computer's agent already running. */
 const ALREADY_RUNNING = 3
+/**
+ * How much of the launcher's stderr is read into its messages: what kt-sandbox, bubblewrap (through
+ * kt-sandbox's bounded relay) and the agent say while starting is short; the rest is not looked at.
+ */
+const STDERR_LIMIT = 64 * 1024
+/** Control characters (terminal escapes included) of stderr text, shown as "?" in messages. */
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g
 
 const unavailable = (backend: string, detail: string, cause?: unknown) =>
   providerError(backend, "reach the computer's agent", "Unavailable", detail, cause)
@@ -95,11 +104,14 @@ const launch = (command: AgentCommand, key: string, bound: boolean): Launch => {
     // Durable: a session of its own, so that the server's end (a terminal's hangup, its group's
     // signals) does not reach it.
     detached: !bound,
-    stdio: ["pipe", "ignore", "pipe"]
+    stdio: ["pipe", "ignore", "pipe", ...(command.fds === undefined || command.fds.length === 0 ? [] : ["ignore", "ignore", ...command.fds] as const)]
   })
+  // Untrusted text: bounded, and without control characters.
   let said = ""
+  let heard = 0
   child.stderr?.on("data", (chunk: Buffer) => {
-    said = (said + chunk.toString("utf8")).slice(-4000)
+    heard += chunk.length
+    if (heard <= STDERR_LIMIT) said = (said + chunk.toString("utf8").replace(CONTROL, "?")).slice(-4000)
   })
   child.stdin?.on("error", () => {})
   child.stdin?.write(`${key}\n`)

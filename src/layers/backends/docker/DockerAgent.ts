@@ -17,7 +17,6 @@
 import type Docker from "dockerode"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { readFileSync } from "node:fs"
 import { PassThrough, type Duplex } from "node:stream"
 import { ProviderError, providerError } from "../../../domain/Errors.js"
 import { fromStream } from "../agent/AgentChannel.js"
@@ -117,8 +116,10 @@ const startDaemon = (
   Effect.gen(function*() {
     const fail = (what: string) => (error: unknown) =>
       providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
-    const binary = yield* Effect.try({ try: () => readFileSync(binaries.agent), catch: fail("read") })
-    yield* Effect.tryPromise({ try: () => docker.getContainer(containerId).putArchive(agentArchive(binary), { path: "/" }), catch: fail("install") })
+    // The bytes checked at startup, never the file read again (NativeChecksums.ts).
+    const bytes = binaries.agentBytes
+    const archive = agentArchive(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
+    yield* Effect.tryPromise({ try: () => docker.getContainer(containerId).putArchive(archive, { path: "/" }), catch: fail("install") })
     const bound = start.bound || start.key === undefined
     const exec = yield* attachedExec(backend, docker, containerId, [
       AGENT_PATH,

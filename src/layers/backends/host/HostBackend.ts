@@ -73,6 +73,7 @@ import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
 import * as AgentLauncher from "../agent/AgentLauncher.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import * as Relay from "../agent/Relay.js"
 import * as Cgroups from "./Cgroups.js"
 import * as HostTrust from "./HostTrust.js"
@@ -115,6 +116,9 @@ export const capabilities: Capabilities = capabilitiesWithout()
 export const make = (options: HostBackendOptions) =>
   Effect.gen(function*() {
     const binaries = yield* NativeBinaries.locate(NAME)
+    // The helpers run from private copies of the bytes just checked, never from the package's files.
+    const helpers = PrivateHelpers.helpersDir(resolve(options.stateDir))
+    const agent = yield* PrivateHelpers.install(NAME, helpers, "kt-agent", binaries.agentBytes)
     const sandboxed = options.sandbox === "bwrap"
     const limits = yield* Cgroups.resolveLimits(options.limits)
     const owner = { pid: process.pid, startTime: processStartTime("self") ?? "" }
@@ -123,7 +127,8 @@ export const make = (options: HostBackendOptions) =>
         bwrap: options.bwrap,
         network: options.network,
         limits,
-        agent: binaries.agent,
+        agent,
+        helpers,
         owner,
         ownerAlive: (other) => ownerAlive(other.pid, other.startTime),
         filesystem: options.filesystem
@@ -160,7 +165,7 @@ export const make = (options: HostBackendOptions) =>
             (sandbox) => ({ ...sandbox, cwd: home, env: MINIMAL_ENV })
           )
           : Effect.succeed({
-            file: binaries.agent,
+            file: agent,
             args: [
               "--listen", join(dir, "agent.sock"),
               "--store", join(dir, "store"),
@@ -217,4 +222,4 @@ export const make = (options: HostBackendOptions) =>
   })
 
 /** The host backend as a Layer; fails when the sandbox cannot work here, saying how to fix it. */
-export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))
+export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.scoped(Backend, make(options))

@@ -3,7 +3,7 @@
  * driven here through a host computer's processes: installed and started by ordinary processes,
  * attached through the connector, and still there for a second server after the first let go.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { assert, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"

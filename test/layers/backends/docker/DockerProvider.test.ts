@@ -121,12 +121,12 @@ describe("DockerRunFlags", () => {
         [{ cpu: 0 }, "invalid CPU count 0"],
         [{ pidsLimit: 1.5 }, "invalid pids limit 1.5"]
       ] as const) {
-        const error = yield* Effect.flip(provider({ ...nowhere, ...overrides }))
+        const error = yield* Effect.flip(Effect.scoped(provider({ ...nowhere, ...overrides })))
         assert.strictEqual(error._tag, "ProviderError")
         assert.strictEqual(error.reason, "Invalid")
         assert.include(error.message, said)
       }
-      const unreachable = yield* Effect.flip(provider(nowhere))
+      const unreachable = yield* Effect.flip(Effect.scoped(provider(nowhere)))
       assert.strictEqual(unreachable.reason, "Unavailable")
       assert.include(
         unreachable.message,
@@ -147,13 +147,13 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
   it.live("a missing image that cannot be pulled is a clear error", () =>
     Effect.gen(function*() {
       const lines: Array<string> = []
-      const error = yield* Effect.flip(provider({ image: "kilntainers-test/missing-image:nope", onPullProgress: (line) => lines.push(line) }))
+      const error = yield* Effect.flip(Effect.scoped(provider({ image: "kilntainers-test/missing-image:nope", onPullProgress: (line) => lines.push(line) })))
       assert.strictEqual(error._tag, "ProviderError")
       assert.include(error.message, `'kilntainers-test/missing-image:nope' is not present on the ${TEST_ENGINE} engine`)
       assert.include(error.message, "pulling it failed")
     }))
 
-  it.live("a limit the engine cannot set fails the create with how to lower it, and leaves no container", () =>
+  it.scopedLive("a limit the engine cannot set fails the create with how to lower it, and leaves no container", () =>
     Effect.gen(function*() {
       // Above fs.nr_open: no engine can give it, whatever its capabilities.
       const backend = yield* provider({ runFlags: ["--ulimit=nofile=2000000:2000000"] })
