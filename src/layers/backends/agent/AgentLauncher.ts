@@ -8,6 +8,7 @@ import type * as Scope from "effect/Scope"
 import { execFile, spawn as spawnChild } from "node:child_process"
 import { closeSync, constants as fsConstants, openSync, rmSync, unlinkSync } from "node:fs"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import { handOn } from "../HandedDescriptors.js"
 import { fromFifo } from "./AgentChannel.js"
 import { AgentClient, type AgentOptions } from "./AgentClient.js"
 
@@ -41,7 +42,7 @@ export const launch = (backend: string, command: AgentCommand, options: AgentOpt
     const child = spawnChild(command.file, [...command.args], {
       cwd: command.cwd,
       env: { ...command.env },
-      stdio: ["pipe", writeFd, "pipe", ...(command.fds === undefined || command.fds.length === 0 ? [] : ["ignore", "ignore", ...command.fds] as const)]
+      stdio: handOn(["pipe", writeFd, "pipe"], command.fds ?? [])
     })
     return new AgentClient(backend, child, fromFifo(readFd), false, options)
   } catch (error) {
