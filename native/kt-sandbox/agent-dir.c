@@ -10,7 +10,7 @@
  *                    computer's uid when the server is root.
  * They become descriptors 4 (the socket, in the place of the channel's output: `--stdio 3 4` makes it
  * the agent's stdout, hence `kt-agent --listen-fd 1`), 900 (the store: `--store-fd 900`) and 901
- * (the lock), far out of the way of the launcher's own (3, 4, 7, 8, and mount templates from 5 on).
+ * (the lock), far out of the way of the launcher's own (3, 4, 7, 8, and what the server hands on from 9).
  * Needs --channel before it (stdin, the key, is then descriptor 3).
  */
 #define _GNU_SOURCE
@@ -27,7 +27,7 @@
 
 #include "agent-dir.h"
 
-/* Far above the descriptors the server hands kt-sandbox (its mount templates from 5 on). */
+/* Far above the descriptors the server hands kt-sandbox (HandedDescriptors.ts: from 9 on). */
 #define STORE_FD 900
 #define LOCK_FD 901
 

@@ -14,6 +14,7 @@ import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import { type ChildProcess, spawn as spawnChild } from "node:child_process"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import { handOn } from "../HandedDescriptors.js"
 import { fromSocket } from "./AgentChannel.js"
 import { AgentClient, type AgentOptions } from "./AgentClient.js"
 
@@ -24,7 +25,7 @@ export interface AgentCommand {
   readonly cwd: string
   /** The launcher's own environment (guest processes never inherit it). */
   readonly env: Readonly<Record<string, string>>
-  /** The server's descriptors the command gets as its descriptors 5, 6, … (kt-sandbox's mount templates). */
+  /** The server's descriptors the command gets from HandedDescriptors.FIRST_FD on (kt-sandbox's mount templates). */
   readonly fds?: ReadonlyArray<number> | undefined
 }
 
@@ -104,7 +105,7 @@ const launch = (command: AgentCommand, key: string, bound: boolean): Launch => {
     // Durable: a session of its own, so that the server's end (a terminal's hangup, its group's
     // signals) does not reach it.
     detached: !bound,
-    stdio: ["pipe", "ignore", "pipe", ...(command.fds === undefined || command.fds.length === 0 ? [] : ["ignore", "ignore", ...command.fds] as const)]
+    stdio: handOn(["pipe", "ignore", "pipe"], command.fds ?? [])
   })
   // Untrusted text: bounded, and without control characters.
   let said = ""

@@ -15,10 +15,9 @@ import type * as Scope from "effect/Scope"
 import { spawn } from "node:child_process"
 import { closeSync, openSync } from "node:fs"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import { FIRST_FD, handOn } from "../HandedDescriptors.js"
 import { denyLabel, type HeldMount, mountLabel, type MountObjects } from "./MountObjects.js"
 
-/** The first descriptor number handed to kt-sandbox (3 and 4 are its channel once it moved it). */
-export const FIRST_FD = 5
 
 const MINIMAL_ENV = { PATH: "/usr/local/bin:/usr/bin:/bin" }
 
@@ -41,7 +40,7 @@ export interface MountTemplates {
 /** Runs kt-sandbox to its end; its stderr is the failure's detail. */
 const run = (launcher: string, args: ReadonlyArray<string>, fds: ReadonlyArray<number>, backend: string, operation: string) =>
   Effect.async<void, ProviderError>((resume) => {
-    const child = spawn(launcher, [...args], { env: MINIMAL_ENV, stdio: ["ignore", "ignore", "pipe", "ignore", "ignore", ...fds] })
+    const child = spawn(launcher, [...args], { env: MINIMAL_ENV, stdio: handOn(["ignore", "ignore", "pipe"], fds) })
     let stderr = ""
     child.stderr!.on("data", (chunk: Buffer) => {
       if (stderr.length < 4096) stderr += chunk.toString()
@@ -64,7 +63,7 @@ const numbering = (fds: ReadonlyArray<number>) => (fd: number) => String(FIRST_F
  */
 const makeNamespace = (launcher: string, args: ReadonlyArray<string>, fds: ReadonlyArray<number>, userns: boolean, backend: string) =>
   Effect.async<{ readonly userns: number | undefined; readonly mntns: number }, ProviderError>((resume) => {
-    const child = spawn(launcher, [...args], { env: MINIMAL_ENV, stdio: ["pipe", "pipe", "pipe", "ignore", "ignore", ...fds] })
+    const child = spawn(launcher, [...args], { env: MINIMAL_ENV, stdio: handOn(["pipe", "pipe", "pipe"], fds) })
     let done = false
     let stdout = ""
     let stderr = ""
