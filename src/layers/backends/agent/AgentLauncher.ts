@@ -152,8 +152,20 @@ export const open = (
     const attached = attach(backend, place, options).pipe(
       Effect.retry({ while: nobodyListens, schedule: Schedule.spaced("20 millis"), times: 500 })
     )
+    // An attach that fails while the launch ends (the agent died at once) says what it said.
+    const explained = attached.pipe(
+      Effect.catchAll((error) =>
+        started.exited.pipe(
+          Effect.timeout("2 seconds"),
+          Effect.flatMap((exit) =>
+            Effect.fail(exit.said === "" ? error : providerError(backend, "start the computer's agent", "Failed", exit.said))
+          ),
+          Effect.catchTag("TimeoutException", () => Effect.fail(error))
+        )
+      )
+    )
     const outcome = yield* Effect.raceFirst(
-      Effect.map(attached, (client) => ({ _tag: "Attached" as const, client })),
+      Effect.map(explained, (client) => ({ _tag: "Attached" as const, client })),
       Effect.map(started.exited, (exit) => ({ _tag: "Exited" as const, exit }))
     )
     if (outcome._tag === "Attached") {
