@@ -247,7 +247,7 @@ describe("HostBackend (provider calls)", () => {
         if (after._tag === "ProviderError") assert.strictEqual(after.reason, "Unavailable")
       }))
 
-    it.scopedLive("closing a connection ends its processes; lost does not complete then", () =>
+    it.scopedLive("closing a temporary computer's connection ends its processes; lost does not complete then", () =>
       Effect.gen(function*() {
         const backend = yield* backendOf(freshDir())
         const instance = yield* backend.create(metadata(`close-${process.pid}`))
@@ -255,8 +255,12 @@ describe("HostBackend (provider calls)", () => {
         const connection = yield* backend.connect(instance).pipe(Scope.extend(scope))
         const sleeper = yield* connection.spawn(spec(["sleep", "314"])).pipe(Scope.extend(scope))
         const events = yield* Effect.fork(collect(sleeper))
+        for (let i = 0; i < 100 && hostProcesses(["sleep", "314"]).length === 0; i++) yield* Effect.sleep("10 millis")
         yield* Scope.close(scope, Exit.void)
-        assert.isDefined((yield* Fiber.join(events)).exit)
+        // Its agent ends with the connection (it was bound to it), and takes every process along.
+        yield* Fiber.join(events)
+        for (let i = 0; i < 300 && hostProcesses(["sleep", "314"]).length > 0; i++) yield* Effect.sleep("10 millis")
+        assert.deepStrictEqual(hostProcesses(["sleep", "314"]), [])
         assert.isTrue(Option.isNone(yield* Effect.timeoutOption(connection.lost, "100 millis")))
         yield* backend.remove(instance)
       }))
