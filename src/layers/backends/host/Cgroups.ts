@@ -17,10 +17,11 @@
  * `kt-c-<computer key>`: made when its agent starts, kept while it runs whatever server comes and
  * goes, removed when the computer is restarted, reset or deleted.
  */
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { accessSync, constants, readFileSync } from "node:fs"
-import { mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises"
+import { mkdir, readdir, readFile, rmdir, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import { parseSize } from "../docker/DockerRunFlags.js"
@@ -65,6 +66,9 @@ const CONTROLLERS: ReadonlyArray<Controller> = ["pids", "memory", "cpu"]
 const CPU_PERIOD_US = 100_000
 const SERVER_LEAF = "kilntainers-server"
 const NAMED = /^kt-(\d+)-(\d+)-[0-9a-z]+$/
+/** A permanent computer's cgroup (durableName), and how old an empty one must be to be reaped. */
+const DURABLE = /^kt-c-[0-9a-z]+$/
+const DURABLE_GRACE_MS = 60_000
 
 /** Where computers' cgroups go for some controllers. */
 export interface Hierarchy {
@@ -357,10 +361,22 @@ export const reapStale = (cgroupPlan: CgroupPlan, alive: (owner: { readonly pid:
   Effect.forEach(cgroupPlan.hierarchies, (hierarchy) =>
     Effect.gen(function*() {
       const entries = yield* Effect.promise(() => readdir(hierarchy.parent).catch(() => [] as Array<string>))
+      const now = yield* Clock.currentTimeMillis
       for (const entry of entries) {
+        const dir = join(hierarchy.parent, entry)
+        if (DURABLE.test(entry)) {
+          // A permanent computer's cgroup left empty (its agent ended by itself: the computer's
+          // directory was removed): only an empty one, and not one a starting agent may be about
+          // to join (made in the last minute), is removed; never anything in it.
+          const made = yield* Effect.promise(() => stat(dir).then((info) => info.mtimeMs, () => now))
+          if (now - made > DURABLE_GRACE_MS && (yield* pidsIn(dir)).length === 0) {
+            yield* Effect.promise(() => rmdir(dir).catch(() => undefined))
+          }
+          continue
+        }
         const match = NAMED.exec(entry)
         if (match === null || alive({ pid: Number(match[1]), startTime: match[2]! })) continue
-        yield* removeCgroup(join(hierarchy.parent, entry))
+        yield* removeCgroup(dir)
       }
     }), { discard: true })
 

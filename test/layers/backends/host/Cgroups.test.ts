@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import * as Cgroups from "../../../../src/layers/backends/host/Cgroups.js"
@@ -45,6 +45,30 @@ describe("Cgroups", () => {
     assert.strictEqual(old.limited, "host backend: computers have no limits")
     assert.match(Option.getOrThrow(old.unlimited), /^host backend: processes, memory and CPU of computers NOT limited/)
   })
+
+  it.live("a permanent computer's cgroup is reaped only when empty and older than a minute; a dead server's temporary one always", () =>
+    Effect.gen(function*() {
+      const parent = mkdtempSync(join(tmpdir(), "kt-cgroups-reap-"))
+      const make = (name: string, procs: string, ageMs: number) => {
+        const dir = join(parent, name)
+        mkdirSync(dir)
+        if (procs !== "") writeFileSync(join(dir, "cgroup.procs"), procs)
+        const at = (Date.now() - ageMs) / 1000
+        utimesSync(dir, at, at)
+        return dir
+      }
+      const emptyOld = make("kt-c-emptyold0001", "", 120_000)
+      const emptyNew = make("kt-c-emptynew0001", "", 1_000)
+      const busyOld = make("kt-c-busyold00001", "4242\n", 120_000)
+      const deadServer = make("kt-1-2-deadserver01", "", 0)
+      const plan = { hierarchies: [{ version: 2 as const, parent, controllers: ["pids" as const] }], missing: [], notes: [] }
+      yield* Cgroups.reapStale(plan, () => false)
+      assert.isFalse(existsSync(emptyOld))
+      assert.isTrue(existsSync(emptyNew), "a starting agent may be about to join it")
+      assert.isTrue(existsSync(busyOld), "its agent runs: never touched")
+      assert.isFalse(existsSync(deadServer))
+      rmSync(parent, { recursive: true, force: true })
+    }))
 
   it("names a computer's cgroups after its server and its key", () => {
     assert.strictEqual(Cgroups.cgroupName({ pid: 42, startTime: "1234" }, "abc123"), "kt-42-1234-abc123")
