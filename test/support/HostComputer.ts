@@ -32,13 +32,15 @@ export const connect = (options: {
   readonly network?: boolean
   readonly sandbox?: "bwrap" | "none"
   readonly relay?: HostBackend.HostBackendOptions["relay"]
+  readonly retainBytes?: number
 }) =>
   Effect.gen(function*() {
     const backend = yield* HostBackend.make({
       stateDir: options.stateDir,
       network: options.network ?? false,
       sandbox: options.sandbox ?? "bwrap",
-      relay: options.relay
+      relay: options.relay,
+      retainBytes: options.retainBytes
     })
     const { instance, connection } = yield* open(backend, options.id, options.temporary ?? true)
     return { backend, instance, connection }
