@@ -38,8 +38,6 @@ export interface StreamSlice {
   readonly total: number
   /** Bytes between from and next that are not in text (evicted, or cut to fit the limit). */
   readonly omitted: number
-  /** The first byte left out that a later read can still get: where a reader pages on from. */
-  readonly resume?: number | undefined
 }
 
 /** The rendered terminal of a TTY process. */

@@ -11,6 +11,5 @@ conformance("host", {
   backend: () => HostBackend.layer({ stateDir, network: false, sandbox: "bwrap" }),
   settings: { stateDir },
   available: bwrapWorks,
-  requirement: "bubblewrap",
-  cli: { args: ["--backend", "host", "--state-dir", stateDir] }
+  requirement: "bubblewrap"
 })
