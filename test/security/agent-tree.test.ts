@@ -1,7 +1,8 @@
 /**
  * Kill means the whole tree: descendants that left the process group (`setsid`, double forks,
- * daemons that closed their output) end with kill SIGKILL, with sandbox_exec's timeout, with the
- * process's teardown and with the computer; a guest that kills its own shepherd leaves no strays.
+ * daemons that closed their output) end with kill SIGKILL, with sandbox_exec's timeout and with the
+ * computer (a process's closed scope lets go: the computer holds its tree until it is killed through
+ * its handle); a guest that kills its own shepherd leaves no strays.
  * Other signals still go to the process group only (a REPL's SIGINT must not kill its jobs), but a
  * process that dies of the signal it was sent takes what it left behind along.
  * Bounded: a few sleeps per test, every wait has a deadline.
@@ -123,13 +124,20 @@ describeIf(bwrapWorks, "bubblewrap")("process trees on the host backend", () => 
       yield* body(connection)
     })
 
-  it.scopedLive("closing a process's scope while it runs tears its tree down", () =>
+  it.scopedLive("closing a process's scope lets go of its tree (the computer holds it); a kill through its handle ends all of it", () =>
     direct((computer) =>
       Effect.gen(function*() {
         const n = marker()
-        yield* Effect.scoped(Effect.gen(function*() {
-          yield* computer.spawn({ argv: ["sh", "-c", escapingTree(n)], cwd: "/home/agent", env: { PATH } })
+        const handle = yield* Effect.scoped(Effect.gen(function*() {
+          const process = yield* computer.spawn({ argv: ["sh", "-c", escapingTree(n)], cwd: "/home/agent", env: { PATH } })
           assert.isTrue(yield* allStarted(n))
+          return process.handle!
+        }))
+        yield* Effect.sleep(Duration.millis(200))
+        assert.strictEqual((yield* alive(n)).length, 5, "letting go ends nothing")
+        yield* Effect.scoped(Effect.gen(function*() {
+          const again = yield* computer.held!.attach(handle, { stdout: 0, stderr: 0 })
+          yield* again.process.signal("SIGKILL")
         }))
         assert.isTrue(yield* gone(n), `left: ${(yield* alive(n)).join(", ")}`)
       })))
@@ -197,7 +205,7 @@ describeIf(dockerWorks, requirement())("process trees on the Docker backend", ()
       return Number(text.trim() || "0")
     })
 
-  it.scopedLive("kill SIGKILL and a teardown end setsid, double-forked and nohup descendants", () =>
+  it.scopedLive("kill SIGKILL, and a SIGTERM the process dies of from a later attachment, end setsid, double-forked and nohup descendants", () =>
     Effect.gen(function*() {
       const backend = yield* Effect.provide(Backend, Layer.fresh(DockerBackend.layer({
         engine: "docker",
@@ -223,10 +231,19 @@ describeIf(dockerWorks, requirement())("process trees on the Docker backend", ()
         yield* process.signal("SIGKILL")
         assert.strictEqual(yield* until(n, 0), 0)
       }))
+      // A closed scope lets go of the tree (the computer holds it); another attachment's SIGTERM,
+      // which its process dies of, takes the whole tree along.
       const m = marker()
-      yield* Effect.scoped(Effect.gen(function*() {
-        yield* computer.spawn({ argv: ["sh", "-c", escapingTree(m)], cwd: DockerBackend.HOME, env: { PATH } })
+      const handle = yield* Effect.scoped(Effect.gen(function*() {
+        const process = yield* computer.spawn({ argv: ["sh", "-c", escapingTree(m)], cwd: DockerBackend.HOME, env: { PATH } })
         assert.strictEqual(yield* until(m, 5), 5)
+        return process.handle!
+      }))
+      yield* Effect.sleep(Duration.millis(200))
+      assert.strictEqual(yield* count(m), 5, "letting go ends nothing")
+      yield* Effect.scoped(Effect.gen(function*() {
+        const again = yield* computer.held!.attach(handle, { stdout: 0, stderr: 0 })
+        yield* again.process.signal("SIGTERM")
       }))
       assert.strictEqual(yield* until(m, 0), 0)
     }), 120_000)
