@@ -127,6 +127,8 @@ export interface ExecResult {
   readonly computer_id: string
   readonly temporary: boolean
   readonly timed_out?: true | undefined
+  /** Its stdout and stderr together passed `--output-limit`: it was stopped (exit code 1). */
+  readonly output_limit_exceeded?: true | undefined
   readonly truncated?: true | undefined
   readonly stdout_bytes?: number | undefined
   readonly stderr_bytes?: number | undefined
