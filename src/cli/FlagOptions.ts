@@ -67,28 +67,37 @@ const fromVariables = (flag: Flag.AnyFlag): Config.Config<Given> => {
 
 const absent = (name: string) => ValidationError.missingValue(HelpDoc.p(`--${name} was not given`))
 
-/** The words of the command line: one value, every value of a repeatable flag, or a switch. */
-const onTheLine = (flag: Flag.AnyFlag): Options.Options<Given> => {
+/** What the command line gives: one value, every value of a repeatable flag, or a switch. */
+type OnTheLine = string | ReadonlyArray<string> | boolean
+
+/** The command line's words, else the variables' (a `Given`, which says where it came from). */
+const lineOrVariables = (flag: Flag.AnyFlag): Options.Options<OnTheLine | Given> => {
   if (flag.kind === "boolean") {
     // Options.boolean brings its own default (false), which would hide the variables: the config
     // fallback sits inside it and never leaves it a missing value (fromVariables never fails).
     const negationNames = flag.negatable ? [`no-${flag.name}`] : []
     return Options.boolean(flag.name, { negationNames }).pipe(
       Options.withDescription(flag.help),
-      Options.withFallbackConfig(fromVariables(flag)),
-      Options.map((value): Given => typeof value === "boolean" ? { source: commandLine, words: [String(value)] } : value)
+      Options.withFallbackConfig(fromVariables(flag))
     )
   }
   const text = Options.text(flag.name).pipe(Options.withPseudoName(flag.metavar ?? "VALUE"), Options.withDescription(flag.help))
-  const line = flag.repeatable
+  const line: Options.Options<OnTheLine> = flag.repeatable
     ? text.pipe(
       Options.repeated,
       // Not given: missing, so that the variables are read (a repeated option alone would be []).
-      Options.mapEffect((words) => words.length === 0 ? Effect.fail(absent(flag.name)) : Effect.succeed({ source: commandLine, words }))
+      Options.mapEffect((words) => words.length === 0 ? Effect.fail(absent(flag.name)) : Effect.succeed(words))
     )
-    : text.pipe(Options.map((word): Given => ({ source: commandLine, words: [word] })))
+    : text
   return line.pipe(Options.withFallbackConfig(fromVariables(flag)))
 }
+
+const isGiven = (value: OnTheLine | Given): value is Given => typeof value === "object" && !Array.isArray(value)
+
+const fromLine = (value: OnTheLine): Given => ({
+  source: commandLine,
+  words: typeof value === "string" ? [value] : typeof value === "boolean" ? [String(value)] : value
+})
 
 /** The words as the flag's value, or the problem with them, named after where they came from. */
 const decode = <A>(flag: Flag.Flag<A>, given: Given): Reading<A> => {
@@ -112,4 +121,4 @@ const decode = <A>(flag: Flag.Flag<A>, given: Given): Reading<A> => {
 
 /** The flag as an option of its command. */
 export const options = <A>(flag: Flag.Flag<A>): Options.Options<Reading<A>> =>
-  onTheLine(flag).pipe(Options.map((given) => decode(flag, given)))
+  lineOrVariables(flag).pipe(Options.map((value) => decode(flag, isGiven(value) ? value : fromLine(value))))
