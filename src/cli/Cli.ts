@@ -22,10 +22,12 @@ import * as Path from "@effect/platform/Path"
 import * as Terminal from "@effect/platform/Terminal"
 import * as Cause from "effect/Cause"
 import * as Console from "effect/Console"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as NodePath from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { prepare } from "./ArgvPrePass.js"
 import { type ConfigRefused, UsageError } from "./CliError.js"
 import { flagTable } from "./FlagTable.js"
@@ -37,22 +39,32 @@ import * as ServeCommand from "./ServeCommand.js"
 
 const config = CliConfig.make({ isCaseSensitive: true, showBuiltIns: false })
 
+const neverPrompts = Effect.dieMessage("kilntainers never prompts")
+
 /**
- * What @effect/cli's parser asks for. It never touches them here (no file options, no prompts),
- * and NodeContext's Terminal would open a readline on stdin, which is the MCP channel.
+ * What @effect/cli's parser asks for, as plain services (building a Layer costs a start some 30 ms
+ * of CPU). It never touches files or a terminal here (no file options, no prompts), and NodeContext's
+ * Terminal would open a readline on stdin, which is the MCP channel.
  */
-const parserContext = Layer.mergeAll(
-  FileSystem.layerNoop({}),
-  Path.layer,
-  Layer.succeed(
+const parserContext = Context.make(FileSystem.FileSystem, FileSystem.makeNoop({})).pipe(
+  Context.add(
+    Path.Path,
+    Path.Path.of({
+      [Path.TypeId]: Path.TypeId,
+      ...NodePath,
+      fromFileUrl: (url) => Effect.sync(() => fileURLToPath(url)),
+      toFileUrl: (path) => Effect.sync(() => pathToFileURL(path))
+    })
+  ),
+  Context.add(
     Terminal.Terminal,
     Terminal.Terminal.of({
       columns: Effect.succeed(100),
       rows: Effect.succeed(30),
       isTTY: Effect.succeed(false),
-      readInput: Effect.dieMessage("kilntainers never prompts"),
-      readLine: Effect.dieMessage("kilntainers never prompts"),
-      display: () => Effect.dieMessage("kilntainers never prompts")
+      readInput: neverPrompts,
+      readLine: neverPrompts,
+      display: () => neverPrompts
     })
   )
 )
