@@ -14,6 +14,12 @@ export type LiveOutput =
 
 export type ProcessCommandError = ProcessExited | StdinClosed | ProviderError | Unsupported | MailboxFull
 
+/** A bound on a process's output: past `bytes` of stdout and stderr together it is killed, for `reason`. */
+export interface OutputLimit {
+  readonly bytes: number
+  readonly reason: string
+}
+
 /** One process as the services use it (implemented by the kernel's ProcessActor). */
 export interface ProcessHandle {
   readonly id: string

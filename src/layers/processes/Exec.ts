@@ -5,18 +5,16 @@
  * the handle to read the rest or to wait for a command that outlives the call.
  */
 import * as Clock from "effect/Clock"
-import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import { firstNulProblem } from "../../domain/CString.js"
 import { envProblem } from "../../domain/Environment.js"
 import { InvalidInput } from "../../domain/Errors.js"
 import { signalNumber } from "../../domain/Signals.js"
 import type { ExitInfo } from "../../services/Backend.js"
-import type { ExecInput, ExecResult, LiveOutput, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
+import type { ExecInput, ExecResult, OutputLimit, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import { outputFields } from "./Output.js"
 import { callBudget, withProgress } from "./Waiting.js"
@@ -76,26 +74,13 @@ const appendLine = (text: string, line: string) => `${text}${text === "" || text
 export const outputLimitExitCode = 1
 
 /**
- * Stops the command once its stdout and stderr together pass `limit` bytes, and completes `stopped`
- * when it did; runs while the process does (after the call returns too, for a command it left
- * running). Each live chunk is a cue to read the totals, which count every byte: a chunk the
- * sliding subscription dropped, or one written before it began, is not missed.
+ * `--output-limit` as its process enforces it (ProcessActor): past it, stdout and stderr together,
+ * the command's whole tree is killed at the chunk that crossed it, and `ps` says why.
  */
-const enforceOutputLimit = (process: ProcessHandle, limit: number, stopped: Deferred.Deferred<void>) =>
-  Effect.scoped(
-    Effect.gen(function*() {
-      const live = yield* process.subscribe
-      const over = Effect.map(process.totals, (totals) => totals.stdout + totals.stderr > limit)
-      let event: LiveOutput | undefined
-      while (event?._tag !== "Exit") {
-        if (yield* over) {
-          yield* Deferred.succeed(stopped, undefined)
-          return yield* process.signal("SIGKILL", `output limit exceeded (${limit} bytes, sandbox_exec)`).pipe(Effect.ignore)
-        }
-        event = yield* Queue.take(live)
-      }
-    })
-  ).pipe(Effect.raceFirst(Effect.asVoid(process.exited)))
+export const outputLimit = (settings: SettingsShape): OutputLimit => ({
+  bytes: settings.outputLimit,
+  reason: `output limit exceeded (${settings.outputLimit} bytes, sandbox_exec)`
+})
 
 /**
  * Feeds stdin, waits for the exit (bounded by the timeout, and by the call budget when the client
@@ -112,8 +97,6 @@ export const run = (
 ): Effect.Effect<ExecResult> =>
   Effect.gen(function*() {
     const limit = settings.outputLimit
-    const stopped = yield* Deferred.make<void>()
-    yield* enforceOutputLimit(process, limit, stopped).pipe(Effect.forkIn(scope))
     if (exec.stdin) yield* process.write(exec.stdin).pipe(Effect.ignore)
     yield* process.closeStdin.pipe(Effect.ignore)
     const timeoutMs = exec.timeoutSec * 1000
@@ -154,7 +137,7 @@ export const run = (
     const cut = output.omitted !== undefined
     let stderr = output.stderr
     if (exceeded) {
-      const ending = (yield* Deferred.isDone(stopped))
+      const ending = (yield* process.info).reason === outputLimit(settings).reason
         ? "the command was stopped and its process tree killed"
         : "the command ended before it could be stopped"
       stderr = appendLine(stderr, `[kilntainers: output limit exceeded (${limit} bytes): ${totals.stdout} bytes of stdout and ${totals.stderr} bytes of stderr; ${ending}. Head and tail are above; read the rest with stdout(pid ${process.id}, stdoutCursor/stderrCursor), or re-run with head, tail or grep.]`)
