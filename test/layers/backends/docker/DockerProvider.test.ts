@@ -100,6 +100,18 @@ describe("DockerRunFlags", () => {
     assert.isUndefined(parseSize("lots"))
   })
 
+  it("reserves only the labels the backend reads (kilntainers, kilntainers.*) and takes a key alone, as docker run", () => {
+    for (const key of ["kilntainers", "kilntainers.computer-id", "kilntainers.anything"]) {
+      const refused = parseRunFlags(["--label", `${key}=x`])
+      assert.isTrue(Either.isLeft(refused) && refused.left.includes("kilntainers' own"), key)
+    }
+    const theirs = Either.getOrThrow(parseRunFlags([
+      "--label", "kilntainers-http-test", "--label=kilntainers_run=1", "--label kilntainersx=2", "--label=team"
+    ]))
+    assert.deepStrictEqual(theirs.labels, { "kilntainers-http-test": "", kilntainers_run: "1", kilntainersx: "2", team: "" })
+    assert.isTrue(Either.isLeft(parseRunFlags(["--label", "=x"])))
+  })
+
   it("maps engine addresses like DOCKER_HOST", () => {
     const unix = Either.getOrThrow(DockerBackend.connectionOptions({ engine: "docker", dockerHost: "unix:///tmp/d.sock" }))
     assert.strictEqual(unix.socketPath, "/tmp/d.sock")
