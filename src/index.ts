@@ -20,7 +20,7 @@ export { OutputLog, truncateMiddle } from "./actors/OutputLog.js"
 /** @category actors */
 export { TerminalScreen } from "./actors/TerminalScreen.js"
 /** @category actors */
-export { parseStdinEscapes } from "./actors/StdinEscapes.js"
+export { parseStdinEscapes } from "./domain/StdinEscapes.js"
 /** @category layers */
 export * as HostBackend from "./layers/backends/host/HostBackend.js"
 /** @category layers */

@@ -5,7 +5,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
-import { describeEscapes } from "../../actors/StdinEscapes.js"
+import { describeEscapes } from "../../domain/StdinEscapes.js"
 import { envNameRule } from "../../domain/Environment.js"
 import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { Processes } from "../../services/Processes.js"
