@@ -1,6 +1,7 @@
 import { assert, describe, it } from "vitest"
 import { ComputerFs } from "../../../../src/layers/backends/wasm/ComputerFs.js"
-import { formatSize, INODE_BYTES, parseSize, reserve } from "../../../../src/layers/backends/wasm/Quota.js"
+import { formatSize, parseSize } from "../../../../src/domain/Size.js"
+import { INODE_BYTES, reserve } from "../../../../src/layers/backends/wasm/Quota.js"
 import { baseImage } from "../../../../src/layers/backends/wasm/Snapshot.js"
 import { dir, Vfs } from "../../../../src/layers/backends/wasm/Vfs.js"
 
