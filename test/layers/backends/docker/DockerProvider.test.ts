@@ -12,7 +12,7 @@ import { afterAll } from "vitest"
 import { fromLabels } from "../../../../src/domain/ComputerMetadata.js"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import { initMissing, nonRootUser } from "../../../../src/layers/backends/docker/DockerContainers.js"
-import { parseRunFlags, parseSize } from "../../../../src/layers/backends/docker/DockerRunFlags.js"
+import { parseRunFlags } from "../../../../src/layers/backends/docker/DockerRunFlags.js"
 import { processStartTime } from "../../../../src/layers/ProcessOwner.js"
 import {
   computerIds,
@@ -96,8 +96,6 @@ describe("DockerRunFlags", () => {
     assert.isTrue(Either.isLeft(privileged) && privileged.left.includes("not allowed"))
     assert.isTrue(Either.isLeft(parseRunFlags(["--cap-add", "ALL"])))
     assert.isTrue(Either.isLeft(parseRunFlags(["--label", "kilntainers.instance=x"])))
-    assert.strictEqual(parseSize("2g"), 2 * 1024 ** 3)
-    assert.isUndefined(parseSize("lots"))
   })
 
   it("maps engine addresses like DOCKER_HOST", () => {
