@@ -6,7 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import * as AuditLog from "../../../src/layers/egress/AuditLog.js"
+import * as AuditLog from "../../../src/layers/AuditLog.js"
 import * as Egress from "../../../src/layers/egress/Egress.js"
 import { defaultSettings } from "../../../src/services/Settings.js"
 

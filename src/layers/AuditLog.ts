@@ -19,9 +19,9 @@ import * as Queue from "effect/Queue"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
 import { type FileHandle, open, rename, unlink } from "node:fs/promises"
-import { AuditLog, type AuditEntry, type AuditEvent, type AuditLogShape } from "../../services/AuditLog.js"
-import { Settings } from "../../services/Settings.js"
-import { EgressError } from "./EgressError.js"
+import { AuditLog, type AuditEntry, type AuditEvent, type AuditLogShape } from "../services/AuditLog.js"
+import { Settings } from "../services/Settings.js"
+import { EgressError } from "./egress/EgressError.js"
 
 export interface AuditLogOptions {
   /** The file; undefined keeps only the in-memory entries. */
