@@ -14,7 +14,7 @@ const DockerBackend = await load(
   () => import("../dist/src/layers/backends/docker/DockerBackend.js"),
   () => import("../src/layers/backends/docker/DockerBackend.ts")
 )
-const ProcessOwner = await load(() => import("../dist/src/layers/ProcessOwner.js"), () => import("../src/layers/ProcessOwner.ts"))
+const ProcessOwner = await load(() => import("../dist/src/layers/server/ProcessOwner.js"), () => import("../src/layers/server/ProcessOwner.ts"))
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(name)

@@ -4,7 +4,7 @@ import { Settings, type SettingsShape } from "../services/Settings.js"
 import * as ComputerRegistry from "./ComputerRegistry.js"
 import * as AuditLog from "./AuditLog.js"
 import * as FileTransfer from "./FileTransfer.js"
-import * as ProcessOwner from "./ProcessOwner.js"
+import * as ProcessOwner from "./server/ProcessOwner.js"
 import * as ProcessSupervisor from "./ProcessSupervisor.js"
 
 /**

@@ -3,7 +3,7 @@ import { Effect, Stream } from "effect"
 import { spawnSync } from "node:child_process"
 import type { ComputerMetadata } from "../../src/domain/ComputerMetadata.js"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
-import * as ProcessOwner from "../../src/layers/ProcessOwner.js"
+import * as ProcessOwner from "../../src/layers/server/ProcessOwner.js"
 import type { Backend, BackendProcess, Connection, ExitInfo, Instance, SpawnSpec } from "../../src/services/Backend.js"
 
 /**

@@ -3,7 +3,7 @@ import { execFile } from "node:child_process"
 import { existsSync } from "node:fs"
 import { join } from "node:path"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { packageRoot } from "../../PackageRoot.js"
+import { packageRoot } from "../../server/PackageRoot.js"
 import * as NativeChecksums from "./NativeChecksums.js"
 
 /** Paths of the native helper programs built from `native/`, checked against their manifest. */
@@ -12,7 +12,7 @@ export interface NativeBinaries {
   readonly agent: string
 }
 
-export { packageRoot } from "../../PackageRoot.js"
+export { packageRoot } from "../../server/PackageRoot.js"
 
 /**
  * Finds native helper `name` (`kt-agent`, `kt-sandbox`) for `platform` (default: this machine's),

@@ -13,7 +13,7 @@ import { fromLabels } from "../../../../src/domain/ComputerMetadata.js"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import { initMissing, nonRootUser } from "../../../../src/layers/backends/docker/DockerContainers.js"
 import { parseRunFlags } from "../../../../src/layers/backends/docker/DockerRunFlags.js"
-import { processStartTime } from "../../../../src/layers/ProcessOwner.js"
+import { processStartTime } from "../../../../src/layers/server/ProcessOwner.js"
 import {
   computerIds,
   docker,
