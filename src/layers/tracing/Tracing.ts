@@ -20,7 +20,7 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import type * as Tracer from "effect/Tracer"
 import type { ProcessInfo } from "../../domain/Process.js"
-import { commandCut, errorSummary } from "./Redact.js"
+import { commandCut, errorSummary } from "../../domain/Redact.js"
 
 /** Attribute keys. */
 export const Attr = {
