@@ -31,6 +31,8 @@ export * as Kilntainers from "./layers/Main.js"
 export * as McpServer from "./layers/mcp/McpServer.js"
 /** @category layers */
 export * as Tracing from "./layers/tracing/Tracing.js"
+/** @category services */
+export * as Spans from "./services/Spans.js"
 /** @category layers */
 export * as HttpServer from "./layers/mcp/HttpServer.js"
 /** @category layers */

@@ -28,7 +28,7 @@ import type { ProcessRequest } from "../services/Computers.js"
 import * as ComputerAudit from "./ComputerAudit.js"
 import { computerInfo } from "./ComputerInfo.js"
 import * as ExternalComputer from "./ExternalComputer.js"
-import * as Tracing from "../layers/tracing/Tracing.js"
+import * as Spans from "../services/Spans.js"
 import type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
 import * as ComputerProcesses from "./ComputerProcesses.js"
 import * as LeaseRenewal from "./LeaseRenewal.js"
@@ -75,11 +75,11 @@ export const make = (
     const traced = ComputerAudit.lifecycle(options.audit, () => ({ computer: id, backend: backend.name, session: options.session }))
     /** What every lifecycle span of this computer says. */
     const spanned = () => ({
-      [Tracing.Attr.backend]: backend.name,
-      [Tracing.Attr.computerId]: id,
-      [Tracing.Attr.temporary]: options.temporary,
-      [Tracing.Attr.generation]: generation,
-      ...(instance === undefined ? {} : { [Tracing.Attr.providerId]: instance.providerId })
+      [Spans.Attr.backend]: backend.name,
+      [Spans.Attr.computerId]: id,
+      [Spans.Attr.temporary]: options.temporary,
+      [Spans.Attr.generation]: generation,
+      ...(instance === undefined ? {} : { [Spans.Attr.providerId]: instance.providerId })
     })
 
     const setInstance = (next: Instance) => {
@@ -103,7 +103,7 @@ export const make = (
         yield* Effect.logWarning(`${label()} was lost: ${reason}`)
         yield* processes.lost(reason)
         yield* disconnect
-      }).pipe(traced("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
+      }).pipe(traced("lost", () => ({ ...spanned(), [Spans.Attr.reason]: reason }), { root: true }))
 
     /** Connects to the current instance: a new generation, watched for loss. */
     const connect = Effect.gen(function*() {
@@ -115,7 +115,7 @@ export const make = (
       )
       const current = ++generation
       connection = { value, scope }
-      yield* Tracing.annotate(() => ({ [Tracing.Attr.generation]: current, [Tracing.Attr.providerId]: target.providerId }))
+      yield* Spans.annotate(() => ({ [Spans.Attr.generation]: current, [Spans.Attr.providerId]: target.providerId }))
       yield* value.lost.pipe(
         Effect.flatMap((reason) => lifecycle.withPermits(1)(markLost(reason, current))),
         Effect.forkIn(scope)
@@ -229,7 +229,7 @@ export const make = (
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
 
     /** A serialised lifecycle step: processes end first, then the provider acts, then a new connection. */
-    const step = <E>(during: ComputerState, done: string, name: Tracing.LifecycleStep, act: Effect.Effect<void, E>) =>
+    const step = <E>(during: ComputerState, done: string, name: Spans.LifecycleStep, act: Effect.Effect<void, E>) =>
       lifecycle.withPermits(1)(
         Effect.gen(function*() {
           if (state === "deleted" || state === "closing" || state === "closed") {
