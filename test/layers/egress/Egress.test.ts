@@ -38,7 +38,7 @@ describe("Egress", () => {
         GIT_SSL_CAINFO: "/etc/ssl/certs/ca-certificates.crt",
         PIP_CERT: "/etc/ssl/certs/ca-certificates.crt"
       })
-      assert.strictEqual(plain.relay.port, 3128)
+      assert.strictEqual(plain.computer.relayPort, 3128)
       assert.strictEqual(plain.computer.caBundlePath, "/etc/ssl/certs/ca-certificates.crt")
       assert.isUndefined(plain.caCertificate)
       assert.isAbove(plain.computer.caBundle.split("BEGIN CERTIFICATE").length, 50, "the system's roots")
