@@ -96,19 +96,7 @@ const flyLayer = (settings: SettingsShape) => {
   if (app === undefined) return missing("fly", "--fly-app (or FLY_APP_NAME)")
   if (token === undefined) return missing("fly", "a token in FLY_API_TOKEN or FLY_TOKEN (or --fly-token)")
   return backendFrom("fly", () => import("./backends/fly/FlyBackend.js"), (FlyBackend) =>
-    FlyBackend.layer({
-      app,
-      token,
-      image: fly.image,
-      region: fly.region,
-      cpuKind: fly.cpuKind,
-      cpus: fly.cpus,
-      memoryMb: fly.memoryMb,
-      rootfsSizeGb: fly.rootfsSizeGb,
-      apiUrl: fly.apiUrl,
-      rateLimit: fly.rateLimit,
-      network: settings.network
-    }))
+    FlyBackend.layer({ ...fly, app, token, network: settings.network }))
 }
 
 const e2bLayer = (settings: SettingsShape) => {
