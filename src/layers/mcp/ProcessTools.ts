@@ -70,14 +70,6 @@ const Output = {
 }
 const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
 
-const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): Tool.ToolAnnotations => ({
-  title,
-  readOnlyHint: readOnly,
-  destructiveHint: destructive,
-  idempotentHint: idempotent,
-  openWorldHint: false
-})
-
 const execDescription = (settings: SettingsShape) => {
   const base = settings.toolInstructionOverride ??
     `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. ` +
@@ -122,7 +114,7 @@ export const make = (settings: SettingsShape) => [
       match: Schema.optional(Text("What `pattern` matched")),
       note: Note
     }),
-    annotations: annotations("Start a process", false, false, false),
+    annotations: Tool.annotations("Start a process", false, false, false),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.spawn(context.session, input, context.progress))
   }),
   Tool.make({
@@ -137,7 +129,7 @@ export const make = (settings: SettingsShape) => [
       processes: Schema.Array(ProcessInfo),
       hidden: Schema.optional(described(Schema.Number, "Processes not listed (ask with status or limit)"))
     }),
-    annotations: annotations("List processes", true, false, true),
+    annotations: Tool.annotations("List processes", true, false, true),
     // process-mcp's clients read the text as the list itself.
     text: (result) => result.processes,
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.list(context.session, input))
@@ -160,7 +152,7 @@ export const make = (settings: SettingsShape) => [
       eof: Schema.optional(Schema.Literal(true)),
       ...Output
     }),
-    annotations: annotations("Send input", false, false, false),
+    annotations: Tool.annotations("Send input", false, false, false),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.stdin(context.session, input))
   }),
   Tool.make({
@@ -177,7 +169,7 @@ export const make = (settings: SettingsShape) => [
       computer_id: OnComputer
     }),
     output: Schema.Struct({ ...State, ...Output }),
-    annotations: annotations("Read output", true, false, true),
+    annotations: Tool.annotations("Read output", true, false, true),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.read(context.session, input))
   }),
   Tool.make({
@@ -195,7 +187,7 @@ export const make = (settings: SettingsShape) => [
       descendantsKilled: Schema.optional(described(Schema.Number, "Other processes of its tree that ended with it")),
       message: Text("What happened, in words")
     }),
-    annotations: annotations("Signal a process", false, true, false),
+    annotations: Tool.annotations("Signal a process", false, true, false),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.kill(context.session, input))
   }),
   Tool.make({
@@ -219,7 +211,7 @@ export const make = (settings: SettingsShape) => [
       ...Output,
       note: Note
     }),
-    annotations: annotations("Wait for a process", true, false, false),
+    annotations: Tool.annotations("Wait for a process", true, false, false),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.wait(context.session, input, context.progress))
   }),
   Tool.make({
@@ -250,7 +242,7 @@ export const make = (settings: SettingsShape) => [
       next: Schema.optional(Cursors),
       note: Note
     }),
-    annotations: annotations("Run a command", false, true, false),
+    annotations: Tool.annotations("Run a command", false, true, false),
     handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.exec(context.session, input, context.progress))
   })
 ]

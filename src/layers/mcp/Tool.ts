@@ -19,6 +19,15 @@ export interface ToolAnnotations {
   readonly openWorldHint: boolean
 }
 
+/** A tool's hints to clients. None of ours reaches beyond its computers (openWorldHint false). */
+export const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): ToolAnnotations => ({
+  title,
+  readOnlyHint: readOnly,
+  destructiveHint: destructive,
+  idempotentHint: idempotent,
+  openWorldHint: false
+})
+
 /** A tool: Schema-typed input and output, one service call. */
 export interface Tool<I, O, R> {
   readonly name: string
