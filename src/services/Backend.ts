@@ -5,7 +5,7 @@ import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import type { ComputerMetadata, LabelStyle } from "../domain/ComputerMetadata.js"
-import type { ProviderError, SpawnFailed, Unsupported } from "../domain/Errors.js"
+import { type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
 
 /** What a backend can do; the kernel reads these and refuses what is missing with `Unsupported`. */
 export interface Capabilities {
@@ -50,6 +50,51 @@ export interface SpawnSpec {
   readonly env: Readonly<Record<string, string>>
   /** A pseudo-terminal of this size, or pipes when absent. */
   readonly tty?: { readonly cols: number; readonly rows: number } | undefined
+}
+
+const NO_NUL = "NUL cannot be passed to a program"
+
+/**
+ * Why no backend can run `spec`, or undefined. The one check of the contract: every
+ * `Connection.spawn` makes it (through `checkSpec`) before anything starts. Each string becomes a
+ * C string (no NUL), argv[0] names a program, the directory is absolute, and a variable's name is
+ * non-empty and holds no '='.
+ */
+export const specProblem = (spec: SpawnSpec): string | undefined => {
+  if (spec.argv.length === 0 || spec.argv[0] === "") return "argv is empty"
+  const index = spec.argv.findIndex((arg) => arg.includes("\0"))
+  if (index >= 0) return `argument ${index} contains a NUL byte; ${NO_NUL}`
+  for (const [name, value] of Object.entries(spec.env)) {
+    if (name.includes("\0") || value.includes("\0")) {
+      return `the environment variable ${JSON.stringify(name.replace(/\0/g, "\\0"))} contains a NUL byte; ${NO_NUL}`
+    }
+    if (name === "" || name.includes("=")) return `invalid environment variable name ${JSON.stringify(name)}: it must be non-empty, without '='`
+  }
+  if (spec.cwd.includes("\0")) return `the working directory contains a NUL byte; ${NO_NUL}`
+  if (!spec.cwd.startsWith("/")) return `the working directory must be absolute, got '${spec.cwd}'`
+  return undefined
+}
+
+/**
+ * The limit of a backend that starts a program as `env -i NAME=VALUE… argv` (Docker's Engine exec,
+ * Fly, Modal): `env` would read an argv[0] holding '=' as one more variable.
+ */
+export const throughEnv = (backend: string) => (spec: SpawnSpec): string | undefined =>
+  spec.argv[0]!.includes("=") ? `a command name containing '=' is not supported by the ${backend} backend` : undefined
+
+/**
+ * `specProblem`, then the backend's own limits, as a `SpawnFailed` naming the command: how every
+ * `Connection.spawn` begins.
+ */
+export const checkSpec = (
+  spec: SpawnSpec,
+  ...limits: ReadonlyArray<(spec: SpawnSpec) => string | undefined>
+): Effect.Effect<void, SpawnFailed> => {
+  let problem = specProblem(spec)
+  for (const limit of limits) problem ??= limit(spec)
+  return problem === undefined
+    ? Effect.void
+    : Effect.fail(new SpawnFailed({ command: spec.argv.join(" ").replace(/\0/g, "\\0"), reason: problem }))
 }
 
 /** How a process ended. `signal` is a name such as `SIGKILL`. */

@@ -280,10 +280,6 @@ export class AgentClient {
       }
       // A terminal's process always gets its shell: interactive programs start under it.
       const payload = encodeSpawn(tty === undefined ? spec : { ...spec, direct: undefined })
-      if (payload === undefined || spec.argv.length === 0) {
-        resume(Effect.fail(new SpawnFailed({ command, reason: "argv is empty or contains a NUL byte" })))
-        return
-      }
       const id = this.nextId++
       const entry: Entry = { handlers, pending: undefined, exited: false }
       entry.pending = (result) => {

@@ -145,8 +145,6 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
           return Effect.fail(engine.fail("start the process", "NotFound", `computer ${instance.metadata.id} is gone: ${gone}`))
         }
         if (Option.isNone(agent)) return DockerExec.spawn(host, spec)
-        const invalid = DockerExec.invalidSpec(spec)
-        if (invalid !== undefined) return Effect.fail(new SpawnFailed({ command: spec.argv.join(" "), reason: invalid }))
         return AgentProcesses.spawn(engine.name, agent.value, spec).pipe(
           Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
         )

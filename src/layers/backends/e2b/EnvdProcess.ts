@@ -25,7 +25,7 @@ import { CommandExitError, SandboxError, TimeoutError } from "e2b"
 import type { CommandHandle, Sandbox } from "e2b"
 import { type ProviderError, SpawnFailed, Unsupported } from "../../../domain/Errors.js"
 import { normalizeSignal } from "../../../domain/Signals.js"
-import type { BackendProcess, ExitInfo, ProcessEvent, SpawnSpec } from "../../../services/Backend.js"
+import { type BackendProcess, checkSpec, type ExitInfo, type ProcessEvent, type SpawnSpec } from "../../../services/Backend.js"
 import { ProcessEvents } from "../ProcessEvents.js"
 import { e2bError, fromSdk } from "./E2BError.js"
 import { canCloseStdin, startHeaders } from "./EnvdVersion.js"
@@ -98,10 +98,7 @@ const outputEvent = (output: Output): ProcessEvent | undefined =>
 export const exec = (ctx: ExecContext, spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const command = shellJoin(spec.argv)
-    if (spec.argv.length === 0) return yield* new SpawnFailed({ command, reason: "empty argv" })
-    if ([...spec.argv, spec.cwd, ...Object.entries(spec.env).flat()].some((s) => s.includes("\0"))) {
-      return yield* new SpawnFailed({ command, reason: "arguments and environment cannot contain NUL bytes" })
-    }
+    yield* checkSpec(spec)
     const { sandbox } = ctx
     const tty = spec.tty
     const relay = tty === undefined && !canCloseStdin(ctx.envdVersion)

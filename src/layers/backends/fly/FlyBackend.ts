@@ -67,7 +67,6 @@ export const DEFAULT_IMAGE = "debian:bookworm-slim"
 export const DEFAULT_API_URL = "https://api.machines.dev"
 export const HOME = FlyProvider.HOME
 export { machineName } from "./FlyMetadata.js"
-export { invalidSpec } from "./FlyProcess.js"
 
 export const DEFAULT_TUNING: FlyTuning = {
   requestTimeoutMs: 30_000,
