@@ -14,6 +14,8 @@ export * from "./services/Computers.js"
 /** @category services */
 export * from "./services/Processes.js"
 /** @category services */
+export * from "./services/ProcessInputs.js"
+/** @category services */
 export * from "./services/Settings.js"
 /** @category actors */
 export { OutputLog, truncateMiddle } from "./actors/OutputLog.js"

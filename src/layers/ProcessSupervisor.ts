@@ -7,35 +7,27 @@
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
-import { parseStdinEscapes } from "../domain/StdinEscapes.js"
-import { computerIdProblem } from "../domain/ComputerIds.js"
-import { firstNulProblem } from "../domain/CString.js"
-import { envProblem, processEnvironment } from "../domain/Environment.js"
+import { processEnvironment } from "../domain/Environment.js"
 import { InvalidInput, ProcessExited, ProcessNotFound, Unsupported } from "../domain/Errors.js"
 import type { ProcessInfo } from "../domain/Process.js"
-import { normalizeSignal } from "../domain/Signals.js"
 import { AuditLog } from "../services/AuditLog.js"
 import { Backend } from "../services/Backend.js"
 import { type ComputerHandle, Computers } from "../services/Computers.js"
-import {
-  type ExecInput,
-  type KillInput,
-  type ListFilter,
-  type ProcessHandle,
-  type ProcessRef,
-  Processes,
-  type ProgressReporter,
-  type ReadInput,
-  type SpawnInput,
-  type StdinInput,
-  type WaitInput
-} from "../services/Processes.js"
+import type {
+  ExecInput,
+  KillInput,
+  ListFilter,
+  ProcessRef,
+  ReadInput,
+  SpawnInput,
+  StdinInput,
+  WaitInput
+} from "../services/ProcessInputs.js"
+import { type ProcessHandle, Processes, type ProgressReporter } from "../services/Processes.js"
 import { Settings } from "../services/Settings.js"
 import * as Exec from "./processes/Exec.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
-import * as Validate from "./processes/Validate.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
 import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
 
@@ -45,7 +37,6 @@ interface Entry {
   readonly computer: ComputerHandle
 }
 
-export { maxExecStdinBytes } from "./processes/Exec.js"
 
 /** Why a process the kill tool signalled ended. */
 const killReason = (signal: string) => `killed with ${signal} (kill tool)`
@@ -96,8 +87,6 @@ export const layer = Layer.scoped(
     /** A process this session may reach; another session's private computer's processes do not exist for it. */
     const get = (session: string, ref: ProcessRef): Effect.Effect<ProcessHandle, ProcessNotFound | InvalidInput> =>
       Effect.suspend((): Effect.Effect<ProcessHandle, ProcessNotFound | InvalidInput> => {
-        const badId = ref.computer_id === undefined ? undefined : computerIdProblem(ref.computer_id)
-        if (badId !== undefined) return Effect.fail(new InvalidInput({ message: badId }))
         const entry = registry.get(ref.id)
         if (entry === undefined || !entry.computer.visibleTo(session)) return Effect.fail(new ProcessNotFound({ id: ref.id }))
         if (ref.computer_id !== undefined && ref.computer_id !== entry.computer.id) {
@@ -168,14 +157,7 @@ export const layer = Layer.scoped(
 
     const spawn = (session: string, input: SpawnInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
-        if (input.command.trim() === "") return yield* new InvalidInput({ message: "command must not be empty" })
-        const problem = firstNulProblem([["command", input.command], ["cwd", input.cwd]]) ?? envProblem(input.env)
-        if (problem !== undefined) return yield* new InvalidInput({ message: problem })
-        yield* Validate.validateTimeout("timeoutMs", input.timeoutMs)
-        yield* Validate.validateSize("cols", input.cols)
-        yield* Validate.validateSize("rows", input.rows)
-        yield* Validate.validateBudget(input.maxBytes)
-        const matcher = yield* Validate.matcherOf(input.pattern)
+        const matcher = input.pattern
         if (input.tty && !backend.capabilities.pty) {
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
         }
@@ -226,7 +208,7 @@ export const layer = Layer.scoped(
 
     const exec = (session: string, input: ExecInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
-        const checked = yield* Exec.plan(settings, input)
+        const checked = Exec.plan(settings, input)
         const began = yield* Clock.currentTimeMillis
         const computer = yield* computers.resolve(session, input)
         const process = yield* start(session, computer, {
@@ -249,11 +231,6 @@ export const layer = Layer.scoped(
     const list = (session: string, filter: ListFilter = {}) =>
       Effect.gen(function*() {
         const computerId = filter.computer_id
-        const badId = computerId === undefined ? undefined : computerIdProblem(computerId)
-        if (badId !== undefined) return yield* new InvalidInput({ message: badId })
-        if (filter.limit !== undefined && !(Number.isInteger(filter.limit) && filter.limit >= 1)) {
-          return yield* new InvalidInput({ message: "limit must be an integer >= 1" })
-        }
         const visible = [...registry.values()].filter((entry) =>
           entry.computer.visibleTo(session) && (computerId === undefined || entry.computer.id === computerId)
         )
@@ -279,14 +256,7 @@ export const layer = Layer.scoped(
           return yield* new Unsupported({ backend: backend.name, feature: "input to a running process (stdin)" })
         }
         const process = yield* get(session, input)
-        const parsed = parseStdinEscapes(input.input)
-        if (Either.isLeft(parsed)) return yield* new InvalidInput({ message: parsed.left })
-        const bytes = parsed.right
-        if (bytes.length === 0 && !input.eof) {
-          return yield* new InvalidInput({ message: "input is empty and eof is not set: nothing to send" })
-        }
-        yield* Validate.validateTimeout("yieldMs", input.yieldMs)
-        yield* Validate.validateBudget(input.maxBytes)
+        const bytes = input.input ?? new Uint8Array(0)
         const cursors = yield* process.totals
         const since = yield* Clock.currentTimeMillis
         if (bytes.length > 0) yield* process.write(bytes)
@@ -304,7 +274,6 @@ export const layer = Layer.scoped(
     const read = (session: string, input: ReadInput) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
-        yield* Validate.validateBudget(input.maxBytes)
         const info = yield* process.info
         const output = yield* outputFields(process, {
           stdoutCursor: input.stdoutCursor,
@@ -319,14 +288,13 @@ export const layer = Layer.scoped(
     const kill = (session: string, input: KillInput) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
-        const name = normalizeSignal(input.signal ?? "SIGTERM")
-        if (Either.isLeft(name)) return yield* new InvalidInput({ message: name.left })
-        if (!backend.capabilities.signals && name.right !== "SIGTERM" && name.right !== "SIGKILL") {
-          return yield* new Unsupported({ backend: backend.name, feature: `${name.right} (only ending a process: SIGTERM or SIGKILL)` })
+        const name = input.signal ?? "SIGTERM"
+        if (!backend.capabilities.signals && name !== "SIGTERM" && name !== "SIGKILL") {
+          return yield* new Unsupported({ backend: backend.name, feature: `${name} (only ending a process: SIGTERM or SIGKILL)` })
         }
         const status = yield* process.status
         if (status !== "running") return yield* new ProcessExited({ id: input.id, status })
-        yield* process.signal(name.right, killReason(name.right))
+        yield* process.signal(name, killReason(name))
         // Report what happened: most processes end within moments of the signal.
         yield* process.exited.pipe(Effect.timeout(Duration.seconds(2)), Effect.ignore)
         const info = yield* process.info
@@ -334,11 +302,11 @@ export const layer = Layer.scoped(
         return {
           ...state,
           // Ended by this very signal: the reason would only repeat it.
-          ...(reason === undefined || reason === killReason(name.right) ? {} : { reason }),
-          sent: name.right,
+          ...(reason === undefined || reason === killReason(name) ? {} : { reason }),
+          sent: name,
           ...(info.descendantsKilled === undefined ? {} : { descendantsKilled: info.descendantsKilled }),
           message: info.status === "running"
-            ? `Process ${input.id} was sent ${name.right} and is still running (kill with SIGKILL to force it)`
+            ? `Process ${input.id} was sent ${name} and is still running (kill with SIGKILL to force it)`
             : `Process ${input.id} killed successfully`
         }
       })
@@ -346,12 +314,7 @@ export const layer = Layer.scoped(
     const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
-        const matcher = yield* Validate.matcherOf(input.pattern)
-        if (input.quietMs !== undefined && !(input.quietMs > 0)) {
-          return yield* new InvalidInput({ message: "quietMs must be a number > 0" })
-        }
-        yield* Validate.validateTimeout("timeoutMs", input.timeoutMs)
-        yield* Validate.validateBudget(input.maxBytes)
+        const matcher = input.pattern
         const began = yield* Clock.currentTimeMillis
         const cursors = yield* process.totals
         const budget = callBudget(settings, input.timeoutMs ?? 30_000, progress)
