@@ -1,42 +1,30 @@
 /**
- * The Processes service: every process of every computer, by handle (`p1`, `p2`, … never reused).
- * A process belongs to one computer incarnation: a deleted computer's processes leave every listing,
- * and a session reaches only the processes of computers it may use. Results follow one design for
- * agents (see README "Tool results"): compact, nothing empty, output within one inline budget.
+ * The Processes service: each call of a tool, on decoded input. The parts own the rest: which
+ * processes exist and who may reach them (`processes/ProcessTable`), how one starts
+ * (`processes/Launch`: cwd, environment, audit), how a call waits (`processes/Waiting`), what a
+ * result carries (`processes/Output`, `Listing`, `Exec` for sandbox_exec) and which computer a
+ * session was told of (`processes/ComputerNews`). Results follow one design for agents (see README
+ * "Tool results"): compact, nothing empty, output within one inline budget.
  */
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { processEnvironment } from "../domain/Environment.js"
-import { InvalidInput, ProcessExited, ProcessNotFound, Unsupported } from "../domain/Errors.js"
-import type { ProcessInfo } from "../domain/Process.js"
+import { ProcessExited, Unsupported } from "../domain/Errors.js"
 import { AuditLog } from "../services/AuditLog.js"
 import { Backend } from "../services/Backend.js"
-import { type ComputerHandle, Computers } from "../services/Computers.js"
-import type {
-  ExecInput,
-  KillInput,
-  ListFilter,
-  ProcessRef,
-  ReadInput,
-  SpawnInput,
-  StdinInput,
-  WaitInput
-} from "../services/ProcessInputs.js"
-import { type ProcessHandle, Processes, type ProgressReporter } from "../services/Processes.js"
+import { Computers } from "../services/Computers.js"
+import type { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../services/ProcessInputs.js"
+import { Processes, type ProgressReporter } from "../services/Processes.js"
 import { Settings } from "../services/Settings.js"
+import * as ComputerNews from "./processes/ComputerNews.js"
 import * as Exec from "./processes/Exec.js"
+import * as Launch from "./processes/Launch.js"
+import { listing } from "./processes/Listing.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
+import * as ProcessTable from "./processes/ProcessTable.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
 import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
-
-/** A process and the computer (incarnation) it belongs to. */
-interface Entry {
-  readonly process: ProcessHandle
-  readonly computer: ComputerHandle
-}
-
 
 /** Why a process the kill tool signalled ended. */
 const killReason = (signal: string) => `killed with ${signal} (kill tool)`
@@ -48,110 +36,15 @@ export const layer = Layer.scoped(
     const computers = yield* Computers
     const backend = yield* Backend
     const layerScope = yield* Effect.scope
-    const audit = ProcessAudit.make(yield* Effect.serviceOption(AuditLog))
-    const registry = new Map<string, Entry>()
-    const finished: Array<string> = []
-    /** Incarnations whose end is watched: a deleted computer's processes leave every listing. */
-    const watched = new Set<number>()
-    /** The default computer each session was last told of (spawn names it once, not in every result); bounded. */
-    const toldComputer = new Map<string, string>()
-    const newsOfComputer = (session: string, named: string | undefined, id: string): { computer_id?: string } => {
-      if (named !== undefined || toldComputer.get(session) === id) return {}
-      toldComputer.delete(session)
-      toldComputer.set(session, id)
-      if (toldComputer.size > 10_000) toldComputer.delete(toldComputer.keys().next().value!)
-      return { computer_id: id }
-    }
-    let counter = 0
-
-    const onExit = (process: ProcessHandle) =>
-      Effect.sync(() => {
-        finished.push(process.id)
-        while (finished.length > settings.maxFinished) registry.delete(finished.shift()!)
-      })
-
-    /** Drops every process of a computer that is gone from this server (deleted, released, shut down). */
-    const forget = (computer: ComputerHandle) =>
-      Effect.sync(() => {
-        watched.delete(computer.incarnation)
-        for (const [id, entry] of registry) if (entry.computer.incarnation === computer.incarnation) registry.delete(id)
-      })
-
-    const watch = (computer: ComputerHandle) =>
-      watched.has(computer.incarnation)
-        ? Effect.void
-        : Effect.sync(() => watched.add(computer.incarnation)).pipe(
-          Effect.zipRight(Effect.forkIn(Effect.zipRight(computer.closed, forget(computer)), layerScope))
-        )
-
-    /** A process this session may reach; another session's private computer's processes do not exist for it. */
-    const get = (session: string, ref: ProcessRef): Effect.Effect<ProcessHandle, ProcessNotFound | InvalidInput> =>
-      Effect.suspend((): Effect.Effect<ProcessHandle, ProcessNotFound | InvalidInput> => {
-        const entry = registry.get(ref.id)
-        if (entry === undefined || !entry.computer.visibleTo(session)) return Effect.fail(new ProcessNotFound({ id: ref.id }))
-        if (ref.computer_id !== undefined && ref.computer_id !== entry.computer.id) {
-          return Effect.fail(new InvalidInput({ message: `process '${ref.id}' runs on computer '${entry.computer.id}', not '${ref.computer_id}'` }))
-        }
-        return Effect.succeed(entry.process)
-      })
-
-    /** The call's cwd; absent: --workdir, else the computer's home; relative: against that. */
-    const resolveCwd = (computer: ComputerHandle, cwd: string | undefined) => {
-      const base = settings.workdir ?? computer.home
-      return cwd === undefined || cwd === "" ? base : cwd.startsWith("/") ? cwd : `${base}/${cwd}`
-    }
-
-    const start = (
-      session: string,
-      computer: ComputerHandle,
-      request: {
-        readonly command: string
-        readonly argv: ReadonlyArray<string>
-        readonly cwd: string | undefined
-        readonly env: Readonly<Record<string, string>> | undefined
-        readonly tty: { readonly cols: number; readonly rows: number } | undefined
-        readonly retainBytes?: number
-      }
-    ) =>
-      Effect.gen(function*() {
-        const id = `p${++counter}`
-        const cwd = resolveCwd(computer, request.cwd)
-        const audited: ProcessAudit.StartedProcess = {
-          session,
-          computer: computer.id,
-          pid: id,
-          command: request.command,
-          argv: request.argv,
-          cwd,
-          tty: request.tty !== undefined,
-          shell: request.argv.length === 3 && request.argv[0] === settings.shell && request.argv[1] === "-c"
-        }
-        yield* audit.started(audited)
-        const process = yield* computer.spawn({
-          id,
-          command: request.command,
-          spec: {
-            argv: request.argv,
-            cwd,
-            env: processEnvironment({
-              home: computer.home,
-              shell: settings.shell,
-              tty: request.tty !== undefined,
-              backend: backend.environment,
-              server: settings.env,
-              call: request.env
-            }),
-            tty: request.tty
-          },
-          headBytes: Math.max(settings.headBytes, request.retainBytes ?? 0),
-          tailBytes: Math.max(settings.tailBytes, request.retainBytes ?? 0),
-          mailboxCapacity: settings.mailboxCapacity,
-          onExit: (ended) => Effect.zipRight(onExit(ended), audit.ended(ended, session))
-        }).pipe(Effect.tapError((error) => audit.failed(audited, error.message)))
-        registry.set(id, { process, computer })
-        yield* watch(computer)
-        return process
-      })
+    const table = yield* ProcessTable.make(settings.maxFinished)
+    const news = ComputerNews.make()
+    const start = Launch.make({
+      settings,
+      environment: backend.environment,
+      audit: ProcessAudit.make(yield* Effect.serviceOption(AuditLog)),
+      table
+    })
+    const get = table.get
 
     const budgetOf = (maxBytes: number | undefined) => maxBytes ?? settings.inlineBytes
 
@@ -200,7 +93,7 @@ export const layer = Layer.scoped(
         return {
           ...stateOf(info),
           ...withoutRunning(output),
-          ...newsOfComputer(session, input.computer_id, computer.id),
+          ...(yield* news(session, input.computer_id, computer.id)),
           ...(match === undefined ? {} : { match }),
           ...(notes.length === 0 ? {} : { note: notes.join("; ") })
         }
@@ -230,24 +123,8 @@ export const layer = Layer.scoped(
 
     const list = (session: string, filter: ListFilter = {}) =>
       Effect.gen(function*() {
-        const computerId = filter.computer_id
-        const visible = [...registry.values()].filter((entry) =>
-          entry.computer.visibleTo(session) && (computerId === undefined || entry.computer.id === computerId)
-        )
-        const infos = yield* Effect.forEach(visible, (entry) => entry.process.info)
-        const status = filter.status ?? (filter.limit === undefined ? "default" : "all")
-        const running = infos.filter((info) => info.status === "running")
-        // Newest finished first.
-        const done = infos.filter((info) => info.status !== "running").reverse()
-        let shown: Array<ProcessInfo>
-        if (status === "running") shown = running
-        else if (status === "terminated") shown = done
-        else if (status === "all") shown = [...running, ...done]
-        else shown = [...running, ...done.slice(0, settings.psFinished)]
-        const limited = filter.limit === undefined ? shown : shown.slice(0, filter.limit)
-        const candidates = status === "running" ? running.length : status === "terminated" ? done.length : infos.length
-        const hidden = candidates - limited.length
-        return { processes: limited, ...(hidden > 0 ? { hidden } : {}) }
+        const visible = yield* table.visible(session, filter.computer_id)
+        return listing(yield* Effect.forEach(visible, (process) => process.info), filter, settings.psFinished)
       })
 
     const stdin = (session: string, input: StdinInput) =>
