@@ -15,8 +15,8 @@ export const keep = (
   computer: {
     /** The instance to renew now, if the computer runs. */
     readonly current: () => Instance | undefined
-    /** The provider's answer, for the instance it renewed. */
-    readonly renewed: (before: Instance, after: Instance) => void
+    /** The provider's answer, for the instance it renewed (the actor writes it into its state). */
+    readonly renewed: (before: Instance, after: Instance) => Effect.Effect<void>
     readonly traced: () => Spans.Attributes
     readonly label: () => string
   }
@@ -26,7 +26,7 @@ export const keep = (
     if (current === undefined) return
     const now = yield* Clock.currentTimeMillis
     yield* renewal.renew(current, now + renewal.leaseMs).pipe(
-      Effect.tap((renewed) => Effect.sync(() => computer.renewed(current, renewed))),
+      Effect.tap((renewed) => computer.renewed(current, renewed)),
       Spans.lifecycle("renew", computer.traced, { root: true }),
       Effect.catchAll((error) => Effect.logWarning(`${computer.label()}: cannot renew its lease: ${error.message}`))
     )
