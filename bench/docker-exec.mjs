@@ -7,7 +7,7 @@
 // src/ even when dist/ exists; needs vite-node).
 import { execFile } from "node:child_process"
 import Docker from "dockerode"
-import { Effect, Exit, Scope, Stream } from "effect"
+import { Effect, Exit, Scope } from "effect"
 
 const load = (built, source) => (process.argv.includes("--source") ? source() : built().catch(source))
 const DockerBackend = await load(
@@ -48,10 +48,13 @@ const instance = await Effect.runPromise(backend.create({
 const computer = await Effect.runPromise(Scope.extend(backend.connect(instance), scope))
 const container = new Docker({ socketPath: "/var/run/docker.sock" }).getContainer(instance.providerId)
 
+/** Reads a process's output to its end, as the kernel does: a loop over its pull. */
+const drain = (p) => Effect.matchEffect(p.pull, { onFailure: () => Effect.void, onSuccess: () => Effect.suspend(() => drain(p)) })
+
 const viaBackend = () =>
   Effect.runPromise(Effect.scoped(Effect.flatMap(
     computer.spawn({ argv: ["true"], cwd: "/home/agent", env }),
-    (p) => p.events.pipe(Stream.runDrain)
+    drain
   )))
 
 const bareExec = async () => {

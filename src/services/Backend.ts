@@ -1,4 +1,4 @@
-import type * as Chunk from "effect/Chunk"
+import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
@@ -119,18 +119,17 @@ export interface BackendProcess {
   /** The process id inside the computer, when the backend knows it. */
   readonly pid: number | null
   /**
-   * Every event exactly once; ends when the process and all holders of its output are gone.
-   * Made with `new ProcessEvents()` (bounded, with back-pressure). Aliasing rule: the bytes of a
-   * pulled chunk's events are valid until the next pull — a backend may reuse that memory — so a
-   * consumer copies what it keeps before pulling again.
+   * The process's output, its one interface: the next chunk of events, failing with None once they
+   * ended (every event exactly once; they end when the process and all holders of its output are
+   * gone). Made with `new ProcessEvents()` (bounded, with back-pressure).
+   *
+   * Borrowed bytes: a chunk's `data` are views into memory the backend fills again after the next
+   * pull, so a consumer copies what it keeps before pulling again (OutputLog and TerminalScreen
+   * copy). That is why it is a pull and not a Stream: a Stream combinator that buffers (grouping,
+   * collecting, a buffer) would hold views whose bytes change under it. Read it with
+   * `forEachEventChunk` (a plain loop, the kernel's way), or as `ownedEvents` (a Stream of copies).
    */
-  readonly events: Stream.Stream<ProcessEvent>
-  /**
-   * The same events as a pull (`ProcessEvents.pull`): the next chunk, failing with None at the end.
-   * Consumers that run once per process read through `forEachEventChunk`, which prefers it: running
-   * a Stream costs more than starting a short process does. Read one or the other, never both.
-   */
-  readonly pull?: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> | undefined
+  readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>>
   readonly write: (data: Uint8Array) => Effect.Effect<void, ProviderError>
   /** Close stdin (pipes) or send EOF (Ctrl-D) on a TTY. */
   readonly closeStdin: Effect.Effect<void, ProviderError>
@@ -140,21 +139,31 @@ export interface BackendProcess {
 }
 
 /**
- * Runs `f` on each chunk of a process's events until they end: through `pull` when the backend has
- * one (a plain loop), else the Stream. The aliasing rule holds: a chunk is valid until the next pull.
+ * Runs `f` on each chunk of a process's events until they end, in a plain loop over `pull` (running
+ * a Stream costs more than starting a short process does). A chunk's bytes are borrowed: valid
+ * while `f` runs, so `f` copies what it keeps.
  */
 export const forEachEventChunk = (
   process: BackendProcess,
   f: (events: Chunk.Chunk<ProcessEvent>) => Effect.Effect<void>
 ): Effect.Effect<void> => {
-  const pull = process.pull
-  if (pull === undefined) return Stream.runForEachChunk(process.events, f)
-  const loop: Effect.Effect<void> = Effect.matchEffect(pull, {
+  const loop: Effect.Effect<void> = Effect.matchEffect(process.pull, {
     onFailure: () => Effect.void,
     onSuccess: (events) => Effect.zipRight(f(events), Effect.suspend(() => loop))
   })
   return loop
 }
+
+// `new Uint8Array(view)` copies; a Buffer's own `slice` would not (it is `subarray`).
+const owned = (event: ProcessEvent): ProcessEvent => (event._tag === "Exit" ? event : { _tag: event._tag, data: new Uint8Array(event.data) })
+
+/**
+ * A process's events as a Stream whose bytes are the consumer's own (each chunk copied as it is
+ * pulled): safe with any combinator, buffering ones included, at the cost of one copy. For tests,
+ * benchmarks and code that wants a Stream; the kernel reads with `forEachEventChunk`.
+ */
+export const ownedEvents = (process: BackendProcess): Stream.Stream<ProcessEvent> =>
+  Stream.repeatEffectChunkOption(Effect.map(process.pull, Chunk.map(owned)))
 
 /** Provider states the kernel distinguishes; anything else is the provider's own word. */
 export type InstanceState = "running" | "stopped" | "paused" | "creating" | "gone" | (string & {})

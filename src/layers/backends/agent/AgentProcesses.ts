@@ -65,7 +65,6 @@ export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec) =>
     const write = (data: Uint8Array) => alive("write to a process").pipe(Effect.andThen(() => client.write(id, data)))
     const process: BackendProcess = {
       pid,
-      events: events.events,
       pull: events.pull,
       write,
       // On a terminal, EOF is what Ctrl-D types.

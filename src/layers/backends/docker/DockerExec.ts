@@ -223,7 +223,6 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
       )
     const process: BackendProcess = {
       pid,
-      events: sink.events,
       pull: sink.pull,
       write,
       closeStdin: Effect.suspend(() => {

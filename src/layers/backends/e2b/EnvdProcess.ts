@@ -257,7 +257,6 @@ export const exec = (ctx: ExecContext, spec: SpawnSpec): Effect.Effect<BackendPr
 
     const process: BackendProcess = {
       pid,
-      events: events.events,
       pull: events.pull,
       write: (data) =>
         tty

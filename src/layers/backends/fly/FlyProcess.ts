@@ -11,7 +11,6 @@
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Stream from "effect/Stream"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { Unsupported } from "../../../domain/Errors.js"
 import { normalizeSignal, signalName, signalNumber } from "../../../domain/Signals.js"
@@ -203,20 +202,17 @@ export const handle = (process: Followed, operations: Operations): BackendProces
       yield* operations.submit({ _tag: "Signal", dir: process.dir, signal: canonical.right })
     })
   // A read after a hold wakes the connection, which reports the process again.
-  const events = process.events.events.pipe(
-    Stream.mapChunksEffect((chunk) =>
-      Effect.suspend(() => {
-        if (!process.released) return Effect.succeed(chunk)
-        process.released = false
-        return Effect.as(operations.wake, chunk)
-      })
-    )
-  )
+  const pull = Effect.flatMap(process.events.pull, (chunk) =>
+    Effect.suspend(() => {
+      if (!process.released) return Effect.succeed(chunk)
+      process.released = false
+      return Effect.as(operations.wake, chunk)
+    }))
   return {
     get pid() {
       return process.pid
     },
-    events,
+    pull,
     write,
     closeStdin,
     signal,

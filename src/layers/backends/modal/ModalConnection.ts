@@ -81,7 +81,6 @@ export const connect = (options: {
         )
         return {
           pid: process.pid,
-          events: process.events,
           pull: process.pull,
           write: process.write,
           closeStdin: process.closeStdin,
