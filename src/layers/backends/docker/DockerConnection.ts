@@ -73,7 +73,7 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
       const listener = relay === undefined
         ? undefined
         : yield* Relay.listener((connection) => relay.handler(instance.metadata.id, connection))
-      return yield* DockerAgent.start(engine.name, engine.docker, instance.providerId, binaries.value, {
+      return yield* DockerAgent.start(engine, instance.providerId, binaries.value, {
         onLost,
         relayPort: relay?.port,
         relay: listener

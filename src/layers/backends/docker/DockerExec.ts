@@ -208,7 +208,7 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
       })
     )
     if (spec.tty !== undefined) {
-      yield* Effect.tryPromise(() => exec.resize({ h: spec.tty!.rows, w: spec.tty!.cols })).pipe(Effect.ignore)
+      yield* engine.call("resize the terminal", () => exec.resize({ h: spec.tty!.rows, w: spec.tty!.cols })).pipe(Effect.ignore)
     }
 
     const write = (data: Uint8Array): Effect.Effect<void, ProviderError> =>
