@@ -8,9 +8,10 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { describeEscapes } from "../../domain/StdinEscapes.js"
 import { envNameRule } from "../../domain/Environment.js"
+import type { ProcessError } from "../../domain/Errors.js"
 import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../../services/ProcessInputs.js"
-import { Processes } from "../../services/Processes.js"
+import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as Tool from "./Tool.js"
 
@@ -25,7 +26,14 @@ const computerText = {
 }
 const pidText = "The process handle that spawn returned (ps lists them)"
 const Pid = Text(pidText)
-const onComputerText = "The process's computer (optional; checked when given)"
+/** The words for the process every call after spawn names. */
+const refText = { id: pidText, computer_id: "The process's computer (optional; checked when given)" }
+/** A tool's one service call: a Processes method with the calling session (and, for those that wait, its progress). */
+const calling = <I, O>(
+  method: (processes: Processes["Type"]) => (session: string, input: I, progress?: ProgressReporter) => Effect.Effect<O, ProcessError>
+) =>
+(input: I, context: Tool.ToolContext) => Effect.flatMap(Processes, (processes) => method(processes)(context.session, input, context.progress))
+
 const maxBytesText = (settings: SettingsShape) =>
   `Most output bytes inline, both streams together (default ${settings.inlineBytes}); longer output keeps head and tail`
 
@@ -104,7 +112,7 @@ export const make = (settings: SettingsShape) => [
       note: Note
     }),
     annotations: Tool.annotations("Start a process", false, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.spawn(context.session, input, context.progress))
+    handle: calling((processes) => processes.spawn)
   }),
   Tool.make({
     name: "ps",
@@ -121,19 +129,18 @@ export const make = (settings: SettingsShape) => [
     annotations: Tool.annotations("List processes", true, false, true),
     // process-mcp's clients read the text as the list itself.
     text: (result) => result.processes,
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.list(context.session, input))
+    handle: calling((processes) => processes.list)
   }),
   Tool.make({
     name: "stdin",
     description: `Send input to a process (a TTY or a pipe) and get the output that follows (or the settled screen). ${describeEscapes} ` +
       "eof=true closes stdin (a pipe) or sends Ctrl-D (a TTY) after the input.",
     input: Tool.described(StdinInput, {
-      id: pidText,
+      ...refText,
       input: "Text to send, with escapes",
       eof: "Close stdin after the input",
       yieldMs: `Longest wait for the output that follows (default ${settings.stdinYieldMs}; it returns once output pauses)`,
-      maxBytes: maxBytesText(settings),
-      computer_id: onComputerText
+      maxBytes: maxBytesText(settings)
     }),
     output: Schema.Struct({
       ...State,
@@ -142,33 +149,31 @@ export const make = (settings: SettingsShape) => [
       ...Output
     }),
     annotations: Tool.annotations("Send input", false, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.stdin(context.session, input))
+    handle: calling((processes) => processes.stdin)
   }),
   Tool.make({
     name: "stdout",
     description: "View a process's output: its last `lines` lines (default 100), or what came since the cursors of an " +
       "earlier result (stdoutCursor/stderrCursor = its `next`). A TTY process: the rendered screen (and scrollback if asked).",
     input: Tool.described(ReadInput, {
-      id: pidText,
+      ...refText,
       lines: "Last N lines (default 100 when no cursor is given)",
       stdoutCursor: "Read stdout from this byte offset",
       stderrCursor: "Read stderr from this byte offset",
       maxBytes: maxBytesText(settings),
-      scrollback: "TTY: also the lines that scrolled off the screen",
-      computer_id: onComputerText
+      scrollback: "TTY: also the lines that scrolled off the screen"
     }),
     output: Schema.Struct({ ...State, ...Output }),
     annotations: Tool.annotations("Read output", true, false, true),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.read(context.session, input))
+    handle: calling((processes) => processes.read)
   }),
   Tool.make({
     name: "kill",
     description: "Send a signal to a process and its whole process group (default SIGTERM; also SIGKILL, SIGINT, SIGHUP, … " +
       "or a number). SIGKILL ends its whole tree, background and setsid children included. Reports how it stands after.",
     input: Tool.described(KillInput, {
-      id: pidText,
-      signal: "Signal name or number (default SIGTERM)",
-      computer_id: onComputerText
+      ...refText,
+      signal: "Signal name or number (default SIGTERM)"
     }),
     output: Schema.Struct({
       ...State,
@@ -177,7 +182,7 @@ export const make = (settings: SettingsShape) => [
       message: Text("What happened, in words")
     }),
     annotations: Tool.annotations("Signal a process", false, true, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.kill(context.session, input))
+    handle: calling((processes) => processes.kill)
   }),
   Tool.make({
     name: "wait",
@@ -185,12 +190,11 @@ export const make = (settings: SettingsShape) => [
       `bounded by timeoutMs (default 30000; at most ${settings.maxCallMs} without a progress token). Returns the output that ` +
       "arrived meanwhile. Cancelling the call ends the wait, not the process.",
     input: Tool.described(WaitInput, {
-      id: pidText,
+      ...refText,
       pattern: "Regular expression to look for in the output",
       quietMs: "Return once no output came for this long",
       timeoutMs: "Longest wait in ms",
-      maxBytes: maxBytesText(settings),
-      computer_id: onComputerText
+      maxBytes: maxBytesText(settings)
     }),
     output: Schema.Struct({
       ...State,
@@ -201,7 +205,7 @@ export const make = (settings: SettingsShape) => [
       note: Note
     }),
     annotations: Tool.annotations("Wait for a process", true, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.wait(context.session, input, context.progress))
+    handle: calling((processes) => processes.wait)
   }),
   Tool.make({
     name: "sandbox_exec",
@@ -232,6 +236,6 @@ export const make = (settings: SettingsShape) => [
       note: Note
     }),
     annotations: Tool.annotations("Run a command", false, true, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.exec(context.session, input, context.progress))
+    handle: calling((processes) => processes.exec)
   })
 ]
