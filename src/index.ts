@@ -21,7 +21,7 @@ export * from "./services/Settings.js"
 export { OutputLog, truncateMiddle } from "./actors/OutputLog.js"
 /** @category actors */
 export { TerminalScreen } from "./actors/TerminalScreen.js"
-/** @category actors */
+/** @category domain */
 export { parseStdinEscapes } from "./domain/StdinEscapes.js"
 /** @category layers */
 export * as HostBackend from "./layers/backends/host/HostBackend.js"
