@@ -20,8 +20,9 @@ import * as AgentLauncher from "../../src/layers/backends/agent/AgentLauncher.js
 import { encodeFrame, FrameType, HEADER_SIZE } from "../../src/layers/backends/agent/AgentProtocol.js"
 import * as NativeBinaries from "../../src/layers/backends/agent/NativeBinaries.js"
 import * as DockerAgent from "../../src/layers/backends/docker/DockerAgent.js"
+import * as DockerEngine from "../../src/layers/backends/docker/DockerEngine.js"
 import * as Frames from "../support/AgentFrames.js"
-import { docker, dockerWorks, requirement, TEST_IMAGE } from "../support/Docker.js"
+import { docker, dockerWorks, requirement, TEST_ENGINE, TEST_IMAGE } from "../support/Docker.js"
 import { describeIf } from "../support/Requirements.js"
 
 const dir = mkdtempSync(join(tmpdir(), "kt-hostile-"))
@@ -168,14 +169,16 @@ describeIf(dockerWorks, requirement())("a hostile connector in a container", () 
       const binaries = yield* NativeBinaries.locate("docker")
       const id = yield* container
       const key = newKey()
-      const good = yield* DockerAgent.open("docker", engine, id, binaries, { key, bound: false, args: [] })
+      // Through the engine's bounded calls, as DockerConnection reaches the agent.
+      const calls = yield* DockerEngine.make({ engine: TEST_ENGINE, dockerHost: undefined })
+      const good = yield* DockerAgent.open(calls, id, binaries, { key, bound: false, args: [] })
       for (const [name, { bytes, reason: _reason }] of Object.entries(hostile)) {
         // Root in the container can replace what the server execs to reach the agent.
         const escaped = [...Buffer.concat([Frames.hello(), bytes.subarray(0, 4096)])].map((b) => `\\${b.toString(8).padStart(3, "0")}`).join("")
         const archive = DockerAgent.agentArchive(Buffer.from(`#!/bin/sh\nprintf '${escaped}'\nsleep 30\n`))
         yield* Effect.promise(() => engine.getContainer(id).putArchive(archive, { path: "/" }))
         const before = rssMiB()
-        const said = yield* outcome(DockerAgent.attachAgent("docker", engine, id, key, {}))
+        const said = yield* outcome(DockerAgent.attachAgent(calls, id, key, {}))
         // Before any proof, nothing a stand-in says is taken: the attach fails and says why.
         assert.match(said ?? "", /agent protocol violation: /, name)
         assert.isBelow(rssMiB() - before, 48, `${name}: the server's memory stays bounded`)

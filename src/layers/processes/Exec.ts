@@ -1,27 +1,21 @@
 /**
  * Kilntainers' `sandbox_exec`: run to completion with a hard timeout (the whole tree killed, exit
- * 124, the partial output kept), the output within the inline budget with exact markers, and the
- * handle to read the rest or to wait for a command that outlives the call.
+ * 124, the partial output kept) and an output limit (`--output-limit`: past it the whole tree is
+ * killed, exit 1, head and tail kept), the output within the inline budget with exact markers, and
+ * the handle to read the rest or to wait for a command that outlives the call.
  */
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import { firstNulProblem } from "../../domain/CString.js"
-import { envProblem } from "../../domain/Environment.js"
-import { InvalidInput } from "../../domain/Errors.js"
 import { signalNumber } from "../../domain/Signals.js"
 import type { ExitInfo } from "../../services/Backend.js"
-import type { ExecInput, ExecResult, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
+import type { ExecInput } from "../../services/ProcessInputs.js"
+import type { ExecResult, OutputLimit, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import { outputFields } from "./Output.js"
 import { callBudget, withProgress } from "./Waiting.js"
-
-/** The most stdin one sandbox_exec call takes. */
-export const maxExecStdinBytes = 8 * 1024 * 1024
-
-const encoder = new TextEncoder()
 
 export const exitCodeOf = (exit: ExitInfo): number =>
   exit.exitCode ?? (exit.signal !== null ? 128 + (signalNumber(exit.signal) ?? 9) : 1)
@@ -35,39 +29,28 @@ export interface ExecPlan {
   readonly stdin: Uint8Array | undefined
 }
 
-/** Checks an exec call the way Kilntainers does (exactly one of command or args, an absolute directory). */
-export const plan = (settings: SettingsShape, input: ExecInput): Effect.Effect<ExecPlan, InvalidInput> =>
-  Effect.gen(function*() {
-    const command = input.command === "" ? undefined : input.command
-    const args = input.args && input.args.length > 0 ? input.args : undefined
-    if (command !== undefined && args !== undefined) {
-      return yield* new InvalidInput({ message: "Cannot provide both command and args: give command (a shell command line) or args (an argv list)" })
-    }
-    if (command === undefined && args === undefined) {
-      return yield* new InvalidInput({ message: "Provide either command (a shell command line) or args (an argv list)" })
-    }
-    const problem = firstNulProblem([
-      ["command", command],
-      ["working_directory", input.working_directory],
-      ...(args ?? []).map((arg, i) => [`args[${i}]`, arg] as const)
-    ]) ?? envProblem(input.env)
-    if (problem !== undefined) return yield* new InvalidInput({ message: problem })
-    const cwd = input.working_directory === "" ? undefined : input.working_directory
-    if (cwd !== undefined && !cwd.startsWith("/")) {
-      return yield* new InvalidInput({ message: "working_directory must be an absolute path (start with /)" })
-    }
-    const timeoutSec = input.timeout ?? settings.timeout
-    if (!(Number.isFinite(timeoutSec) && timeoutSec >= 1)) {
-      return yield* new InvalidInput({ message: "timeout must be a number of seconds >= 1" })
-    }
-    const stdin = input.stdin === undefined || input.stdin === "" ? undefined : encoder.encode(input.stdin)
-    if (stdin && stdin.length > maxExecStdinBytes) {
-      return yield* new InvalidInput({ message: `stdin is larger than ${maxExecStdinBytes} bytes; write a file instead` })
-    }
-    return { argv: args, command, cwd, timeoutSec, stdin }
-  })
+/** An exec call as it runs: command or argv (the decoded input has exactly one), the directory, the timeout. */
+export const plan = (settings: SettingsShape, input: ExecInput): ExecPlan => ({
+  argv: input.args !== undefined && input.args.length > 0 ? input.args : undefined,
+  command: input.command === "" ? undefined : input.command,
+  cwd: input.working_directory === "" ? undefined : input.working_directory,
+  timeoutSec: input.timeout ?? settings.timeout,
+  stdin: input.stdin
+})
 
 const appendLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}`
+
+/** Kilntainers' exit code for a command whose output passed the limit. */
+export const outputLimitExitCode = 1
+
+/**
+ * `--output-limit` as its process enforces it (ProcessActor): past it, stdout and stderr together,
+ * the command's whole tree is killed at the chunk that crossed it, and `ps` says why.
+ */
+export const outputLimit = (settings: SettingsShape): OutputLimit => ({
+  bytes: settings.outputLimit,
+  reason: `output limit exceeded (${settings.outputLimit} bytes, sandbox_exec)`
+})
 
 /**
  * Feeds stdin, waits for the exit (bounded by the timeout, and by the call budget when the client
@@ -83,6 +66,7 @@ export const run = (
   scope: Scope.Scope
 ): Effect.Effect<ExecResult> =>
   Effect.gen(function*() {
+    const limit = settings.outputLimit
     if (exec.stdin) yield* process.write(exec.stdin).pipe(Effect.ignore)
     yield* process.closeStdin.pipe(Effect.ignore)
     const timeoutMs = exec.timeoutSec * 1000
@@ -114,15 +98,23 @@ export const run = (
         Effect.forkIn(scope)
       )
     }
-    const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: settings.inlineBytes })
+    // No result carries more of the command's bytes than the output limit, nor than the inline budget.
+    const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: Math.min(settings.inlineBytes, limit) })
     const totals = yield* process.totals
     const end = yield* Clock.currentTimeMillis
+    const exceeded = exitCode !== null && totals.stdout + totals.stderr > limit
+    if (exceeded) exitCode = outputLimitExitCode
     const cut = output.omitted !== undefined
     let stderr = output.stderr
-    if (cut) {
+    if (exceeded) {
+      const ending = (yield* process.info).reason === outputLimit(settings).reason
+        ? "the command was stopped and its process tree killed"
+        : "the command ended before it could be stopped"
+      stderr = appendLine(stderr, `[kilntainers: output limit exceeded (${limit} bytes): ${totals.stdout} bytes of stdout and ${totals.stderr} bytes of stderr; ${ending}. Head and tail are above; read the rest with stdout(pid ${process.id}, stdoutCursor/stderrCursor), or re-run with head, tail or grep.]`)
+    } else if (cut) {
       stderr = appendLine(stderr, `[kilntainers: output was ${totals.stdout} bytes of stdout and ${totals.stderr} bytes of stderr; the middle was cut, head and tail kept. Read the rest with stdout(pid ${process.id}, stdoutCursor/stderrCursor), or re-run with head, tail or grep.]`)
     }
-    if (timedOut) {
+    if (timedOut && !exceeded) {
       stderr = appendLine(stderr, `[kilntainers: command timed out after ${exec.timeoutSec}s; its process tree was killed; the output above is what it wrote before that]`)
     }
     return {
@@ -132,7 +124,8 @@ export const run = (
       exec_duration_ms: end - meta.began,
       computer_id: meta.computer_id,
       temporary: meta.temporary,
-      ...(timedOut ? { timed_out: true as const } : {}),
+      ...(timedOut && !exceeded ? { timed_out: true as const } : {}),
+      ...(exceeded ? { output_limit_exceeded: true as const } : {}),
       ...(cut ? { truncated: true as const, stdout_bytes: totals.stdout, stderr_bytes: totals.stderr } : {}),
       ...(cut || exitCode === null ? { pid: process.id } : {}),
       ...(exitCode === null ? { running: true as const } : {}),

@@ -30,6 +30,7 @@ import {
   encodeU32,
   encodeWatch,
   FrameType,
+  MAX_META,
   MAX_NOTE,
   MAX_READ,
   type ProcessRecord
@@ -273,9 +274,8 @@ export class AgentClient {
     const command = spec.argv.join(" ")
     // A terminal's process always gets its shell: interactive programs start under it.
     const payload = encodeSpawn(tty === undefined ? spec : { ...spec, direct: undefined }, tty)
-    if (payload === undefined || spec.argv.length === 0) {
-      return Effect.fail(new SpawnFailed({ command, reason: "argv is empty, a string contains a NUL byte, or the command is too long to record" }))
-    }
+    // The spec passed Backend.checkSpec; only a meta over MAX_META is left to refuse.
+    if (payload === undefined) return Effect.fail(new SpawnFailed({ command, reason: `the process's record is over ${MAX_META} bytes` }))
     const type = tty !== undefined ? FrameType.SpawnTty : spec.direct?.length ? FrameType.SpawnDirect : FrameType.Spawn
     return Effect.async((resume) => {
       if (this.dead !== undefined) return resume(Effect.fail(this.unavailable("start a process", this.dead)))

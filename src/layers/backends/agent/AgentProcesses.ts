@@ -15,11 +15,11 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { type ProviderError, providerError, type SpawnFailed, Unsupported } from "../../../domain/Errors.js"
 import { directArgv } from "../../../domain/SimpleCommand.js"
-import type { BackendProcess, ExitInfo, HeldProcess, HeldProcesses, SpawnSpec } from "../../../services/Backend.js"
+import { type BackendProcess, checkSpec, type ExitInfo, type HeldProcess, type HeldProcesses, type SpawnSpec } from "../../../services/Backend.js"
 import { signalName } from "../../../domain/Signals.js"
 import { ProcessEvents } from "../ProcessEvents.js"
 import type { AgentClient, WatchHandlers } from "./AgentClient.js"
-import { type ProcessRecord, validSize } from "./AgentProtocol.js"
+import { MAX_META, type ProcessRecord, validSize } from "./AgentProtocol.js"
 
 /** Fails while the connection to the computer's agent is gone. */
 const agentAlive = (backend: string, client: AgentClient, operation: string): Effect.Effect<void, ProviderError> =>
@@ -43,6 +43,17 @@ const exitWithTeardown = (exit: ExitInfo, ended: number): ExitInfo => ended > 0 
 const Meta = Schema.parseJson(Schema.Struct({ command: Schema.String, cwd: Schema.String }))
 const encodeMeta = Schema.encodeSync(Meta)
 const decodeMeta = Schema.decodeUnknownOption(Meta)
+
+/**
+ * The record's meta within the agent's MAX_META bytes: a long command (a heredoc) is shown cut,
+ * ending in "…", never refused. 512 characters of cwd stay under the bound however JSON escapes them.
+ */
+const recordMeta = (command: string, cwd: string): string => {
+  for (let cut = command.length; ; cut = Math.floor(cut / 2)) {
+    const meta = encodeMeta({ command: cut === command.length ? command : `${command.slice(0, cut)}…`, cwd: cwd.slice(0, 512) })
+    if (Buffer.byteLength(meta) <= MAX_META || cut === 0) return meta
+  }
+}
 
 /** A record as the kernel reads it. */
 export const heldProcess = (record: ProcessRecord): HeldProcess => {
@@ -71,6 +82,12 @@ export const heldProcess = (record: ProcessRecord): HeldProcess => {
 /** The events of one followed process, and the handlers the connection feeds them through. */
 const follow = () => {
   const events = new ProcessEvents()
+  // Output may arrive, and fill the buffer, before the spawn or attach resumes with the handle:
+  // a hold asked for meanwhile is passed on once the handle is known (asProcess).
+  const early = { held: false }
+  events.hold = (hold) => {
+    early.held = hold
+  }
   const handlers: WatchHandlers = {
     onOutput: (stream, _offset, data) => (stream === "stdout" ? events.data(data) : events.stderr(data)),
     onExit: (exit, ended) => events.exit(exitWithTeardown(exit, ended)),
@@ -78,18 +95,25 @@ const follow = () => {
     // count: the connection ended, or let go, first; the process may run on.
     onClosed: (ended) => (ended === undefined ? events.detach() : events.end())
   }
-  return { events, handlers }
+  return { events, handlers, early }
 }
 
 /** A followed process as a BackendProcess. */
-const asProcess = (backend: string, client: AgentClient, handle: number, pid: number, tty: boolean, events: ProcessEvents): BackendProcess => {
+const asProcess = (
+  backend: string,
+  client: AgentClient,
+  handle: number,
+  pid: number,
+  tty: boolean,
+  { early, events }: { readonly events: ProcessEvents; readonly early: { readonly held: boolean } }
+): BackendProcess => {
   const alive = (operation: string) => agentAlive(backend, client, operation)
   const write = (data: Uint8Array) => alive("write to a process").pipe(Effect.andThen(() => client.write(handle, data)))
   events.hold = (hold) => client.holdOutput(handle, hold)
+  if (early.held) client.holdOutput(handle, true)
   return {
     pid,
     handle,
-    events: events.events,
     pull: events.pull,
     write,
     // On a terminal, EOF is what Ctrl-D types.
@@ -118,16 +142,18 @@ const asProcess = (backend: string, client: AgentClient, handle: number, pid: nu
  */
 export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
+    yield* checkSpec(spec)
     const tty = spec.tty
     if (tty !== undefined && !validSize(tty.cols, tty.rows)) return yield* invalidSize(backend, "start a process", tty.cols, tty.rows)
-    const { events, handlers } = follow()
+    const followed = follow()
+    const { events, handlers } = followed
     const env = tty !== undefined && spec.env["TERM"] === undefined ? { ...spec.env, TERM: DEFAULT_TERM } : spec.env
-    const meta = encodeMeta({ command: spec.label ?? spec.argv.join(" "), cwd: spec.cwd })
+    const meta = recordMeta(spec.label ?? spec.argv.join(" "), spec.cwd)
     const { handle, pid } = yield* Effect.acquireRelease(
       client.spawn({ argv: spec.argv, cwd: spec.cwd, env, meta, direct: tty === undefined ? directArgv(spec.argv, env) : undefined }, handlers, tty),
       ({ handle }) => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.detach()))
     )
-    return asProcess(backend, client, handle, pid, tty !== undefined, events)
+    return asProcess(backend, client, handle, pid, tty !== undefined, followed)
   })
 
 /** Follows a process the computer holds from the given offsets, for the Scope. */
@@ -138,12 +164,13 @@ export const attach = (
   from: { readonly stdout: number; readonly stderr: number }
 ): Effect.Effect<{ readonly process: BackendProcess; readonly held: HeldProcess }, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const { events, handlers } = follow()
+    const followed = follow()
+    const { events, handlers } = followed
     const record = yield* Effect.acquireRelease(
       client.watch(handle, from, handlers),
       () => Effect.zipRight(client.unwatch(handle), Effect.sync(() => events.detach()))
     )
-    return { process: asProcess(backend, client, handle, record.pid, record.tty, events), held: heldProcess(record) }
+    return { process: asProcess(backend, client, handle, record.pid, record.tty, followed), held: heldProcess(record) }
   })
 
 /** The computer's process table as the kernel reaches it through this connection. */

@@ -110,13 +110,13 @@ export interface AgentSpawnSpec {
 /**
  * SPAWN: `u32 metaLen | meta | u32 argc | u32 envc | cwd\0 | argv\0… | K=V\0…`; with `direct`
  * (SPAWN_DIRECT), a `u32 directc` after the meta and `direct\0…` at the end; `size` (SPAWN_TTY)
- * goes after the meta. Undefined when a string holds a NUL byte or the meta is too long.
+ * goes after the meta. The spec has passed `specProblem` (no string holds NUL); undefined when the
+ * meta is too long.
  */
 export const encodeSpawn = (spec: AgentSpawnSpec, size?: { readonly cols: number; readonly rows: number }): Buffer | undefined => {
   const env = Object.entries(spec.env).map(([key, value]) => `${key}=${value}`)
   const direct = spec.direct ?? []
   const strings = [spec.cwd, ...spec.argv, ...env, ...direct]
-  if (strings.some((s) => s.includes("\0"))) return undefined
   const meta = Buffer.from(spec.meta ?? "", "utf8")
   if (meta.length > MAX_META) return undefined
   const body = Buffer.from(strings.join("\0") + "\0", "utf8")

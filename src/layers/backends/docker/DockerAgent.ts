@@ -25,6 +25,7 @@ import * as Handshake from "../agent/AgentHandshake.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
 import type { RelayListener } from "../agent/Relay.js"
 import { Demuxer } from "./Demuxer.js"
+import type { Engine } from "./DockerEngine.js"
 import { archive } from "./Ustar.js"
 
 /** Where the agent lives inside the container. */
@@ -58,24 +59,22 @@ export const asProviderError = (backend: string, operation: string) => (error: {
 const socketOf = (key: string, shared: boolean) => (shared ? `${RUN_DIR}/agent.sock` : `${RUN_DIR}/agent-${key.slice(0, 16)}.sock`)
 
 /** An exec in the container with its stdio attached: the hijacked stream, split into stdout and stderr. */
-const attachedExec = (backend: string, docker: Docker, containerId: string, cmd: ReadonlyArray<string>) =>
+const attachedExec = (engine: Engine, containerId: string, cmd: ReadonlyArray<string>) =>
   Effect.gen(function*() {
-    const fail = (what: string) => (error: unknown) =>
-      providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
-    const exec = yield* Effect.tryPromise({
-      try: () =>
-        docker.getContainer(containerId).exec({
-          Cmd: [...cmd],
-          Env: [`PATH=${PATH}`],
-          WorkingDir: "/",
-          AttachStdin: true,
-          AttachStdout: true,
-          AttachStderr: true,
-          Tty: false
-        }),
-      catch: fail("create the exec of")
-    })
-    const stream = yield* Effect.tryPromise({ try: () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>, catch: fail("start") })
+    // Engine calls: each bounded in time (a hung engine is a Timeout, not a computer that never starts).
+    const exec = yield* engine.call("create the exec of the agent", (signal) =>
+      engine.docker.getContainer(containerId).exec({
+        Cmd: [...cmd],
+        Env: [`PATH=${PATH}`],
+        WorkingDir: "/",
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+        abortSignal: signal
+      } as Docker.ExecCreateOptions))
+    // Bounded until the engine hands over the connection; the stream itself is not.
+    const stream = yield* engine.call("start the agent", () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>)
     const stdout = new PassThrough({ highWaterMark: 1 << 20 })
     let stderr = ""
     const demuxer = new Demuxer((type, piece) => {
@@ -105,8 +104,7 @@ export interface AgentStart {
  * (bound): the exec's stdin is then the agent's, and its end ends the agent and every process.
  */
 const startDaemon = (
-  backend: string,
-  docker: Docker,
+  engine: Engine,
   containerId: string,
   binaries: NativeBinaries.NativeBinaries,
   socket: string,
@@ -114,14 +112,12 @@ const startDaemon = (
   start: AgentStart
 ): Effect.Effect<void, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const fail = (what: string) => (error: unknown) =>
-      providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
     // The bytes checked at startup, never the file read again (NativeChecksums.ts).
     const bytes = binaries.agentBytes
     const archive = agentArchive(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
-    yield* Effect.tryPromise({ try: () => docker.getContainer(containerId).putArchive(archive, { path: "/" }), catch: fail("install") })
+    yield* engine.call("install the agent", (signal) => engine.docker.getContainer(containerId).putArchive(archive, { path: "/", abortSignal: signal }))
     const bound = start.bound || start.key === undefined
-    const exec = yield* attachedExec(backend, docker, containerId, [
+    const exec = yield* attachedExec(engine, containerId, [
       AGENT_PATH,
       "--listen", socket,
       "--store", `${socket.replace(/\.sock$/, "")}.store`,
@@ -145,20 +141,20 @@ const startDaemon = (
     if (ready) return
     const code = yield* exec.exitCode
     if (code === ALREADY_RUNNING) return
-    return yield* providerError(backend, "start the agent", "Unavailable", exec.stderr() || `it exited with status ${code}`)
+    return yield* providerError(engine.name, "start the agent", "Unavailable", exec.stderr() || `it exited with status ${code}`)
   })
 
 /** Attaches to the container's agent through the connector; detached when the Scope closes. */
 const attach = (
-  backend: string,
-  docker: Docker,
+  engine: Engine,
   containerId: string,
   socket: string,
   key: string,
   options: AgentClient.AgentOptions
 ): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const exec = yield* attachedExec(backend, docker, containerId, [AGENT_PATH, "--connect", socket])
+    const backend = engine.name
+    const exec = yield* attachedExec(engine, containerId, [AGENT_PATH, "--connect", socket])
     const client = yield* Effect.acquireRelease(
       Effect.sync(() =>
         new AgentClient.AgentClient(backend, {
@@ -180,20 +176,18 @@ const attach = (
 
 /** Attaches to the container's agent (its computer's socket), proving `key`; detached when the Scope closes. */
 export const attachAgent = (
-  backend: string,
-  docker: Docker,
+  engine: Engine,
   containerId: string,
   key: string,
   options: AgentClient.AgentOptions = {}
-): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> => attach(backend, docker, containerId, socketOf(key, true), key, options)
+): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> => attach(engine, containerId, socketOf(key, true), key, options)
 
 /**
  * The container's agent: attached when it runs, else copied in, started and attached. Fails when
  * it cannot be started (the caller decides whether the container does without).
  */
 export const open = (
-  backend: string,
-  docker: Docker,
+  engine: Engine,
   containerId: string,
   binaries: NativeBinaries.NativeBinaries,
   start: AgentStart,
@@ -203,21 +197,21 @@ export const open = (
     const key = start.key ?? Handshake.newKey()
     const socket = socketOf(key, start.key !== undefined)
     if (start.key !== undefined) {
-      const running = yield* Effect.either(attach(backend, docker, containerId, socket, key, options))
+      const running = yield* Effect.either(attach(engine, containerId, socket, key, options))
       if (running._tag === "Right") return running.right
     }
-    yield* startDaemon(backend, docker, containerId, binaries, socket, key, start)
-    return yield* attach(backend, docker, containerId, socket, key, options)
+    yield* startDaemon(engine, containerId, binaries, socket, key, start)
+    return yield* attach(engine, containerId, socket, key, options)
   }).pipe(
     Effect.timeoutFail({
       duration: "20 seconds",
-      onTimeout: () => providerError(backend, "start the agent", "Timeout", "it did not start in the container within 20 seconds")
+      onTimeout: () => providerError(engine.name, "start the agent", "Timeout", "it did not start in the container within 20 seconds")
     })
   )
 
 /** Ends the container's agent, if one runs (restart, reset, delete): every process it holds ends. */
-export const stop = (backend: string, docker: Docker, containerId: string, key: string): Effect.Effect<void> =>
-  Effect.scoped(Effect.flatMap(attach(backend, docker, containerId, socketOf(key, true), key, {}), (client) => client.shutdown)).pipe(
+export const stop = (engine: Engine, containerId: string, key: string): Effect.Effect<void> =>
+  Effect.scoped(Effect.flatMap(attach(engine, containerId, socketOf(key, true), key, {}), (client) => client.shutdown)).pipe(
     Effect.timeout("10 seconds"),
     Effect.ignore
   )
