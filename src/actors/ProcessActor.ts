@@ -175,6 +175,8 @@ export const make = (
           // A backend may reuse an event's memory once the next chunk is pulled: the logs copy,
           // and whatever keeps bytes beyond this loop (terminal, live subscribers) gets its own copy.
           const kept = screen !== undefined || subscribers > 0 ? event.data.slice() : event.data
+          // What the computer no longer held when this reader got there: counted, shown as omitted.
+          if (event.skipped !== undefined) (event._tag === "Stdout" ? stdout : stderr).skip(event.skipped)
           if (event._tag === "Stdout") {
             stdout.append(event.data)
             screen?.write(kept)

@@ -115,11 +115,13 @@ export interface ExitInfo {
 
 /**
  * Events of a running process, in order. `Exit` comes after every byte the process itself wrote;
- * output of children that outlive it may follow until the stream ends.
+ * output of children that outlive it may follow until the stream ends. `skipped`: bytes of the
+ * stream just before `data` that this reader will never get (a computer that holds its processes
+ * kept less than the reader fell behind by), counted so that totals stay exact.
  */
 export type ProcessEvent =
-  | { readonly _tag: "Stdout"; readonly data: Uint8Array }
-  | { readonly _tag: "Stderr"; readonly data: Uint8Array }
+  | { readonly _tag: "Stdout"; readonly data: Uint8Array; readonly skipped?: number | undefined }
+  | { readonly _tag: "Stderr"; readonly data: Uint8Array; readonly skipped?: number | undefined }
   | { readonly _tag: "Exit"; readonly exit: ExitInfo }
 
 /** A process running in a computer. Its resources belong to the Scope it was spawned in. */
@@ -165,7 +167,7 @@ export const forEachEventChunk = (
 }
 
 // `new Uint8Array(view)` copies; a Buffer's own `slice` would not (it is `subarray`).
-const owned = (event: ProcessEvent): ProcessEvent => (event._tag === "Exit" ? event : { _tag: event._tag, data: new Uint8Array(event.data) })
+const owned = (event: ProcessEvent): ProcessEvent => (event._tag === "Exit" ? event : { ...event, data: new Uint8Array(event.data) })
 
 /**
  * A process's events as a Stream whose bytes are the consumer's own (each chunk copied as it is

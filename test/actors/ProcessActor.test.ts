@@ -80,6 +80,18 @@ describe("ProcessActor", () => {
       assert.strictEqual(next.stdout.from, 10)
     }))
 
+  it.effect("bytes a backend says fell out before a piece are counted and marked as omitted, never made up", () =>
+    Effect.gen(function*() {
+      const { actor, scripted } = yield* started("server", { headBytes: 4, tailBytes: 4 })
+      yield* scripted.emit({ _tag: "Stdout", data: bytes("0123") })
+      yield* scripted.emit({ _tag: "Stdout", data: bytes("wxyz"), skipped: 1000 })
+      yield* eventuallyEffect(actor.totals, (t) => t.stdout === 1008)
+      const view = yield* actor.read({})
+      assert.strictEqual(view.stdout.text, "0123\n[… 1000 bytes omitted …]\nwxyz")
+      assert.strictEqual(view.stdout.omitted, 1000)
+      assert.strictEqual(view.stdout.total, 1008)
+    }))
+
   it.effect("copies output it keeps: the backend may reuse an event's memory after the next pull", () =>
     Effect.gen(function*() {
       const { actor, scripted } = yield* started("server")

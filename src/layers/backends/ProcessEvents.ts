@@ -22,7 +22,7 @@ const BUFFER_SHRINK_ABOVE = 1024 * 1024
 const EMPTY_BUFFER = Buffer.alloc(0)
 
 type Pending =
-  | { readonly _tag: "Stdout" | "Stderr"; readonly start: number; end: number }
+  | { readonly _tag: "Stdout" | "Stderr"; readonly start: number; end: number; readonly skipped: number }
   | Extract<ProcessEvent, { readonly _tag: "Exit" }>
 
 /**
@@ -53,14 +53,14 @@ export class ProcessEvents {
   hold: (hold: boolean) => void = () => {}
 
   /** Callback sources: output as it arrives (copied; the caller may reuse its memory at once). */
-  readonly data = (data: Uint8Array) => this.push("Stdout", data)
-  readonly stderr = (data: Uint8Array) => this.push("Stderr", data)
+  readonly data = (data: Uint8Array, skipped = 0) => this.push("Stdout", data, skipped)
+  readonly stderr = (data: Uint8Array, skipped = 0) => this.push("Stderr", data, skipped)
 
   /** Effect sources: one event, waiting while the consumer is behind (back-pressure). */
   readonly offer = (event: ProcessEvent): Effect.Effect<void> =>
     Effect.suspend(() => {
       if (event._tag === "Exit") this.exit(event.exit)
-      else this.push(event._tag, event.data)
+      else this.push(event._tag, event.data, event.skipped ?? 0)
       return this.untilReleased
     })
 
@@ -116,7 +116,7 @@ export class ProcessEvents {
     })
   })
 
-  private push(tag: "Stdout" | "Stderr", data: Uint8Array) {
+  private push(tag: "Stdout" | "Stderr", data: Uint8Array, skipped: number) {
     if (this.ended || data.byteLength === 0) return
     const end = this.fill + data.byteLength
     if (end > this.back.length) {
@@ -126,8 +126,9 @@ export class ProcessEvents {
     }
     this.back.set(data, this.fill)
     const last = this.pending[this.pending.length - 1]
-    if (last !== undefined && last._tag === tag && last.end === this.fill) last.end = end
-    else this.pending.push({ _tag: tag, start: this.fill, end })
+    // Bytes after a gap start an event of their own: the gap is said where it is.
+    if (last !== undefined && last._tag === tag && last.end === this.fill && skipped === 0) last.end = end
+    else this.pending.push({ _tag: tag, start: this.fill, end, skipped })
     this.fill = end
     if (end >= BUFFER_HOLD || this.pending.length >= EVENTS_HOLD) this.setHolding(true)
     this.notify()
@@ -137,7 +138,11 @@ export class ProcessEvents {
   private take(): Chunk.Chunk<ProcessEvent> {
     const buffer = this.back
     const events = this.pending.map((event): ProcessEvent =>
-      event._tag === "Exit" ? event : { _tag: event._tag, data: buffer.subarray(event.start, event.end) }
+      event._tag === "Exit"
+        ? event
+        : event.skipped > 0
+        ? { _tag: event._tag, data: buffer.subarray(event.start, event.end), skipped: event.skipped }
+        : { _tag: event._tag, data: buffer.subarray(event.start, event.end) }
     )
     this.pending = []
     this.back = this.front.length > BUFFER_SHRINK_ABOVE && this.fill < BUFFER_INITIAL ? EMPTY_BUFFER : this.front

@@ -47,6 +47,24 @@ describe("a process's output", () => {
       assert.deepStrictEqual(all[all.length - 1], { _tag: "Exit", exit: { exitCode: 0, signal: null } })
     }))
 
+  it.effect("bytes after a gap are an event of their own that says how many bytes fell out before them", () =>
+    Effect.gen(function*() {
+      const events = new ProcessEvents()
+      events.data(Buffer.from("head"))
+      events.data(Buffer.from("tail"), 1000)
+      events.data(Buffer.from("more"))
+      const chunk = Chunk.toReadonlyArray(yield* events.pull)
+      assert.deepStrictEqual(chunk.map((event) => [text(event), event._tag === "Exit" ? undefined : event.skipped]), [
+        ["head", undefined],
+        ["tailmore", 1000]
+      ])
+      // A copy keeps the count.
+      events.stderr(Buffer.from("x"), 7)
+      events.end()
+      const owned = Chunk.toReadonlyArray(yield* Stream.runCollect(ownedEvents(processOf(events))))
+      assert.deepStrictEqual(owned[0], { _tag: "Stderr", data: new Uint8Array(Buffer.from("x")), skipped: 7 })
+    }))
+
   it.effect("forEachEventChunk reads every event once, to the end, as the kernel does", () =>
     Effect.gen(function*() {
       const events = new ProcessEvents()

@@ -79,9 +79,15 @@ export const heldProcess = (record: ProcessRecord): HeldProcess => {
   }
 }
 
-/** The events of one followed process, and the handlers the connection feeds them through. */
-const follow = () => {
+/**
+ * The events of one followed process (from the given offsets), and the handlers the connection
+ * feeds them through.
+ */
+const follow = (from: { readonly stdout: number; readonly stderr: number } = { stdout: 0, stderr: 0 }) => {
   const events = new ProcessEvents()
+  // Where each stream's next byte is due: a piece that starts later follows a stretch that fell out
+  // of the computer's store before this reader got to it (it fell behind the ring).
+  const due = { ...from }
   // Output may arrive, and fill the buffer, before the spawn or attach resumes with the handle:
   // a hold asked for meanwhile is passed on once the handle is known (asProcess).
   const early = { held: false }
@@ -89,7 +95,11 @@ const follow = () => {
     early.held = hold
   }
   const handlers: WatchHandlers = {
-    onOutput: (stream, _offset, data) => (stream === "stdout" ? events.data(data) : events.stderr(data)),
+    onOutput: (stream, offset, data) => {
+      const skipped = Math.max(0, offset - due[stream])
+      due[stream] = offset + data.byteLength
+      return stream === "stdout" ? events.data(data, skipped) : events.stderr(data, skipped)
+    },
     onExit: (exit, ended) => events.exit(exitWithTeardown(exit, ended)),
     // Processes a teardown ends after the exit (leftovers of a killed tree) are not counted. No
     // count: the connection ended, or let go, first; the process may run on.
@@ -164,7 +174,7 @@ export const attach = (
   from: { readonly stdout: number; readonly stderr: number }
 ): Effect.Effect<{ readonly process: BackendProcess; readonly held: HeldProcess }, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const followed = follow()
+    const followed = follow(from)
     const { events, handlers } = followed
     const record = yield* Effect.acquireRelease(
       client.watch(handle, from, handlers),

@@ -285,6 +285,18 @@ describeIf(bwrapWorks, "bubblewrap")("host computers (sandboxed)", () => {
         assert.strictEqual(bytes, 209715200)
       }))
 
+    it.scopedLive("a reader that fell behind what the computer retains is told exactly how many bytes it will never get", () =>
+      Effect.gen(function*() {
+        const computer = yield* openComputer({ retainBytes: 1024 * 1024 })
+        const process = yield* computer.spawn(spec(["head", "-c", "20M", "/dev/zero"]))
+        // Nobody reads while it writes 20 MiB; the computer keeps 1 MiB of head and 1 MiB of tail.
+        for (let i = 0; i < 500 && hostProcesses(["head", "-c", "20M", "/dev/zero"]).length > 0; i++) yield* Effect.sleep("20 millis")
+        const seen = yield* Stream.runFold(ownedEvents(process), { bytes: 0, skipped: 0 }, (acc, event) =>
+          event._tag === "Stdout" ? { bytes: acc.bytes + event.data.byteLength, skipped: acc.skipped + (event.skipped ?? 0) } : acc)
+        assert.isAbove(seen.skipped, 0)
+        assert.strictEqual(seen.bytes + seen.skipped, 20 * 1024 * 1024)
+      }))
+
     it.scopedLive("keeps heavy output in the computer while nobody reads, then delivers every byte in order", () =>
       Effect.gen(function*() {
         const computer = yield* openComputer()
