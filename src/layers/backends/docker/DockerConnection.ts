@@ -157,14 +157,19 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
       Effect.flatMap(markLost),
       Effect.forkScoped
     )
-    // The agent ends with its container: the container's state says what happened, when it can.
+    // The agent ends with its container: the container's state says what happened, when it can. Its
+    // connection (an exec) may end before the engine says the container stopped: asked a few times.
+    const diagnosed = (reason: string) =>
+      Effect.gen(function*() {
+        for (let look = 0; look < 5; look++) {
+          yield* Effect.sleep("200 millis")
+          const found = yield* DockerEvents.diagnose(containers, instance.providerId, name)
+          if (Option.isSome(found)) return found.value
+        }
+        return `its agent ended: ${reason}`
+      })
     yield* Deferred.await(agentDied).pipe(
-      Effect.flatMap((reason) =>
-        Effect.sleep("200 millis").pipe(
-          Effect.zipRight(DockerEvents.diagnose(containers, instance.providerId, name)),
-          Effect.map(Option.getOrElse(() => `its agent ended: ${reason}`))
-        )
-      ),
+      Effect.flatMap(diagnosed),
       Effect.flatMap(markLost),
       Effect.forkScoped
     )
