@@ -1,10 +1,12 @@
 import { HttpMiddleware, HttpRouter, HttpServerResponse } from "@effect/platform"
+import { createMcpHandler, type ServerContext } from "@modelcontextprotocol/server"
 import { NodeHttpServer } from "@effect/platform-node"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
+import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import { createServer } from "node:http"
 import type { Computers } from "../../services/Computers.js"
@@ -17,8 +19,9 @@ import * as Dashboard from "./Dashboard.js"
 import * as HttpSessions from "./HttpSessions.js"
 import { maxMessageBytes } from "./Limits.js"
 import * as McpEndpoint from "./McpEndpoint.js"
-import { ready, serve, serverInfo } from "./McpServer.js"
+import { buildServer, makeParts, ready, releaseSession, serve, serverInfo } from "./McpServer.js"
 import * as OriginGuard from "./OriginGuard.js"
+import * as SessionLeases from "./SessionLeases.js"
 
 export { isLoopback } from "./OriginGuard.js"
 export { tokenMatches } from "./BearerAuth.js"
@@ -101,8 +104,35 @@ export const serveHttp = (options: HttpOptions) =>
       serve: (transport, id, onConnected) => serve(Context.get(context, Settings), ready(context), transport, id, onConnected)
     })
 
+    // 2026-07-28: a server instance per request, its session from the principal and the client's key.
+    const services = ready(context)
+    const leases = yield* SessionLeases.make({
+      idleTimeout: Duration.millis(options.sessionTimeoutMs),
+      maxPerPrincipal: options.maxSessionsPerPrincipal ?? options.maxSessions,
+      release: (session) => releaseSession(services, session)
+    })
+    const parts = yield* makeParts(Context.get(context, Settings), services)
+    const principalOf = (ctx: ServerContext) => ctx.http?.authInfo?.clientId ?? BearerAuth.anonymous
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const maxBodyBytes = options.maxBodyBytes ?? maxMessageBytes
+    const stateless = createMcpHandler(
+      () =>
+        buildServer(parts, (request, ctx) => {
+          const meta = request.params?._meta
+          return leases.claim(principalOf(ctx), meta === undefined ? undefined : meta[SessionLeases.sessionKeyMeta])
+        }),
+      {
+        legacy: "reject",
+        maxRequestBodySize: maxBodyBytes,
+        onerror: (error) => runFork(Effect.logDebug(`MCP (2026-07-28): ${error.message}`))
+      }
+    )
+    yield* Effect.addFinalizer(() => Effect.promise(() => stateless.close()).pipe(Effect.timeout("5 seconds"), Effect.ignore))
+    const modern: McpEndpoint.ModernEndpoint = (request, body, principal) =>
+      stateless.fetch(request, { parsedBody: body, authInfo: { token: "", clientId: principal, scopes: [] } })
+
     const budget = BodyBudget.make(options.bodyMemory ?? defaultBodyMemory)
-    const mcp = McpEndpoint.handler(sessions, budget, options.maxBodyBytes ?? maxMessageBytes)
+    const mcp = McpEndpoint.handler(sessions, modern, budget, maxBodyBytes)
     const router = HttpRouter.empty.pipe(
       HttpRouter.get("/healthz", HttpServerResponse.unsafeJson({ status: "ok" })),
       HttpRouter.get(

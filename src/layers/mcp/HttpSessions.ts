@@ -1,5 +1,3 @@
-import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js"
-import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js"
 import {
   isJSONRPCErrorResponse,
   isJSONRPCNotification,
@@ -7,8 +5,11 @@ import {
   isJSONRPCResultResponse,
   type JSONRPCMessage,
   type MessageExtraInfo,
-  type RequestId
-} from "@modelcontextprotocol/sdk/types.js"
+  type RequestId,
+  type Transport,
+  type TransportSendOptions,
+  WebStandardStreamableHTTPServerTransport
+} from "@modelcontextprotocol/server"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -44,7 +45,7 @@ interface Entry extends HttpSession {
 class CountingTransport implements Transport {
   onclose?: (() => void) | undefined
   onerror?: ((error: Error) => void) | undefined
-  onmessage?: ((message: JSONRPCMessage, extra?: MessageExtraInfo) => void) | undefined
+  onmessage?: (<T extends JSONRPCMessage>(message: T, extra?: MessageExtraInfo) => void) | undefined
 
   constructor(private readonly entry: Entry) {}
 
@@ -69,6 +70,11 @@ class CountingTransport implements Transport {
       this.onmessage?.(message, extra)
     }
     await inner.start()
+  }
+
+  // The server tells its transport which revisions it speaks (the transport checks the header by them).
+  setSupportedProtocolVersions(versions: Array<string>) {
+    this.entry.transport.setSupportedProtocolVersions(versions)
   }
 
   send(message: JSONRPCMessage, options?: TransportSendOptions) {

@@ -1,6 +1,6 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js"
+import { isInitializeRequest, isLegacyRequest } from "@modelcontextprotocol/server"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -123,39 +123,52 @@ const readJson = (request: HttpServerRequest.HttpServerRequest, limit: number, r
   }).pipe(Effect.tapErrorTag("BodyTooLarge", () => linger(incoming)), Effect.tapErrorTag("BodyOverBudget", () => linger(incoming)))
 }
 
-/** The web-standard request the SDK transport reads: method and headers (the body is given parsed). */
-const toWeb = (request: HttpServerRequest.HttpServerRequest) => {
+/**
+ * The web-standard request the SDK reads: method and headers (the body is given parsed); `signal`
+ * aborts it when the client goes away before it is answered.
+ */
+const toWeb = (request: HttpServerRequest.HttpServerRequest, signal?: AbortSignal) => {
   const headers = new Headers()
   for (const [name, value] of Object.entries(request.headers)) headers.set(name, value)
-  return new Request(new URL(request.url, "http://localhost"), { method: request.method, headers })
+  return new Request(new URL(request.url, "http://localhost"), { method: request.method, headers, ...(signal ? { signal } : {}) })
+}
+
+/** The SDK's web response as ours: a body streams (SSE) as the SDK writes it, cancelled if the client goes. */
+const fromWeb = (response: Response) => {
+  const headers: Record<string, string> = {}
+  response.headers.forEach((value, name) => {
+    headers[name] = value
+  })
+  if (response.body === null) return HttpServerResponse.empty({ status: response.status, headers })
+  const stream = Stream.fromReadableStream({ evaluate: () => response.body!, onError: (error) => error })
+  return HttpServerResponse.stream(stream, {
+    status: response.status,
+    headers,
+    contentType: response.headers.get("content-type") ?? undefined
+  })
 }
 
 /** A refusal that closes the connection: the client may still be sending what was refused. */
 const closing = (response: HttpServerResponse.HttpServerResponse) => HttpServerResponse.setHeader(response, "connection", "close")
 
+/** Serves one 2026-07-28 request of a principal (its body given parsed). */
+export type ModernEndpoint = (request: Request, body: unknown, principal: string) => Promise<Response>
+
 /**
- * Serves `/mcp`: a request with a session id goes to that session's transport (a session answers
- * only the principal that opened it); a request without one must be `initialize`, which opens a
- * session. Responses stream (SSE) as the SDK writes them; if the client goes away, the stream is
- * cancelled. A body holds its share of the memory budgets until its request has been answered.
+ * Serves `/mcp` for both protocol eras. A 2026-07-28 request (its `_meta` carries the protocol
+ * version) goes to the stateless endpoint, whatever replica it reaches. A 2025-era request with a
+ * session id goes to that session's transport (a session answers only the principal that opened it);
+ * one without must be `initialize`, which opens a session. Responses stream (SSE) as the SDK writes
+ * them; if the client goes away, the stream is cancelled. A body holds its share of the memory
+ * budgets until its request has been answered.
  */
-export const handler = (sessions: HttpSessions, budget: BodyBudget, maxBodyBytes: number) => {
+export const handler = (sessions: HttpSessions, modern: ModernEndpoint, budget: BodyBudget, maxBodyBytes: number) => {
   const forward = (session: HttpSession, request: HttpServerRequest.HttpServerRequest, body: unknown) =>
     Effect.gen(function*() {
       yield* sessions.touch(session)
       const response = yield* Effect.promise(() => session.transport.handleRequest(toWeb(request), { parsedBody: body }))
       yield* sessions.touch(session)
-      const headers: Record<string, string> = {}
-      response.headers.forEach((value, name) => {
-        headers[name] = value
-      })
-      if (response.body === null) return HttpServerResponse.empty({ status: response.status, headers })
-      const stream = Stream.fromReadableStream({ evaluate: () => response.body!, onError: (error) => error })
-      return HttpServerResponse.stream(stream, {
-        status: response.status,
-        headers,
-        contentType: response.headers.get("content-type") ?? undefined
-      })
+      return fromWeb(response)
     })
 
   return Effect.gen(function*() {
@@ -171,6 +184,8 @@ export const handler = (sessions: HttpSessions, budget: BodyBudget, maxBodyBytes
     }
     if (request.method !== "POST") return rpcError(400, -32000, "missing Mcp-Session-Id header")
     const body = yield* readJson(request, maxBodyBytes, reservation)
+    const legacy = yield* Effect.promise(() => isLegacyRequest(toWeb(request), body ?? null, { maxRequestBodySize: maxBodyBytes }))
+    if (!legacy) return fromWeb(yield* Effect.promise((signal) => modern(toWeb(request, signal), body, principal)))
     if (!isInitializeRequest(body)) return rpcError(400, -32000, "the first request of a session must be initialize")
     const session = yield* sessions.open(principal)
     return yield* forward(session, request, body)
