@@ -32,6 +32,7 @@ import {
   type StdinInput,
   type WaitInput
 } from "../services/Processes.js"
+import { noteSubject } from "../services/Progress.js"
 import { Settings } from "../services/Settings.js"
 import * as Exec from "./processes/Exec.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
@@ -161,6 +162,7 @@ export const layer = Layer.scoped(
         }).pipe(Effect.tapError((error) => audit.failed(audited, error.message)))
         registry.set(id, { process, computer })
         yield* watch(computer)
+        yield* noteSubject(computer.id, id)
         return process
       })
 
@@ -346,6 +348,7 @@ export const layer = Layer.scoped(
     const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
+        yield* noteSubject(process.computerId, process.id)
         const matcher = yield* Validate.matcherOf(input.pattern)
         if (input.quietMs !== undefined && !(input.quietMs > 0)) {
           return yield* new InvalidInput({ message: "quietMs must be a number > 0" })

@@ -22,6 +22,7 @@ import * as McpEndpoint from "./McpEndpoint.js"
 import { buildServer, makeParts, ready, releaseSession, serve, serverInfo } from "./McpServer.js"
 import * as OriginGuard from "./OriginGuard.js"
 import * as SessionLeases from "./SessionLeases.js"
+import * as Tasks from "./Tasks.js"
 
 export { isLoopback } from "./OriginGuard.js"
 export { tokenMatches } from "./BearerAuth.js"
@@ -111,16 +112,14 @@ export const serveHttp = (options: HttpOptions) =>
       maxPerPrincipal: options.maxSessionsPerPrincipal ?? options.maxSessions,
       release: (session) => releaseSession(services, session)
     })
-    const parts = yield* makeParts(Context.get(context, Settings), services)
+    const tasks = yield* Tasks.make(Tasks.defaults)
+    const parts = yield* makeParts(Context.get(context, Settings), services, tasks)
     const principalOf = (ctx: ServerContext) => ctx.http?.authInfo?.clientId ?? BearerAuth.anonymous
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const maxBodyBytes = options.maxBodyBytes ?? maxMessageBytes
     const stateless = createMcpHandler(
       () =>
-        buildServer(parts, (request, ctx) => {
-          const meta = request.params?._meta
-          return leases.claim(principalOf(ctx), meta === undefined ? undefined : meta[SessionLeases.sessionKeyMeta])
-        }),
+        buildServer(parts, (ctx) => leases.claim(principalOf(ctx), ctx.mcpReq._meta?.[SessionLeases.sessionKeyMeta])),
       {
         legacy: "reject",
         maxRequestBodySize: maxBodyBytes,

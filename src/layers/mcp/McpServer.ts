@@ -6,7 +6,6 @@
  */
 import {
   type CallToolResult,
-  type JSONRPCRequest,
   ProtocolError,
   ProtocolErrorCode,
   ResourceNotFoundError,
@@ -34,7 +33,9 @@ import { maxMessageBytes } from "./Limits.js"
 import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
-import { type Caller, callTool, type Catalogue, type Run, type ToolServices } from "./ToolCall.js"
+import * as TaskMethods from "./TaskMethods.js"
+import * as Tasks from "./Tasks.js"
+import { type Caller, callTool, type Catalogue, type Run, type TaskCreated, type ToolServices } from "./ToolCall.js"
 
 export type { ToolServices } from "./ToolCall.js"
 
@@ -129,10 +130,12 @@ export interface ServerParts {
   readonly run: Run
   /** The built dashboard page, read on first use. */
   readonly dashboardPage: Effect.Effect<string, Dashboard.DashboardNotBuilt>
+  /** The task store, where the Tasks extension is served. */
+  readonly tasks: Tasks.Tasks | undefined
 }
 
 /** The parts of the servers made with these settings, in the current runtime. */
-export const makeParts = (settings: SettingsShape, services: ServicesHandle) =>
+export const makeParts = (settings: SettingsShape, services: ServicesHandle, tasks?: Tasks.Tasks) =>
   Effect.gen(function*() {
     const run = Runtime.runPromiseExit(yield* Effect.runtime<never>())
     return {
@@ -140,18 +143,16 @@ export const makeParts = (settings: SettingsShape, services: ServicesHandle) =>
       services,
       catalogue: catalogue(settings),
       run: (effect, options) => run(effect, options),
-      dashboardPage: yield* Effect.cached(Dashboard.page)
+      dashboardPage: yield* Effect.cached(Dashboard.page),
+      tasks
     } satisfies ServerParts
   })
 
 /**
  * Which session a request belongs to: the connection's, or, on 2026-07-28 over HTTP, the one its
- * principal and `_meta` name. A request that cannot name one is refused with a message for the agent.
+ * principal and `_meta` (`ctx.mcpReq._meta`) name. A request that cannot name one is refused with a message for the agent.
  */
-export type SessionOf = (
-  request: JSONRPCRequest,
-  ctx: ServerContext
-) => { readonly session: string; readonly done?: () => void } | { readonly refused: string }
+export type SessionOf = (ctx: ServerContext) => { readonly session: string; readonly done?: () => void } | { readonly refused: string }
 
 const dashboard = {
   uri: Dashboard.resourceUri,
@@ -174,6 +175,11 @@ const capabilities = {
   extensions: { "io.modelcontextprotocol/ui": { mimeTypes: [Dashboard.mimeType] } }
 } satisfies ServerCapabilities
 
+const withTasks = {
+  ...capabilities,
+  extensions: { ...capabilities.extensions, [Tasks.tasksExtension]: {} }
+} satisfies ServerCapabilities
+
 const instructions = "kilntainers gives you isolated Linux computers. Use sandbox_exec for one-shot commands, " +
   "spawn/stdin/stdout/wait/kill/ps for long-running and interactive processes."
 
@@ -186,7 +192,7 @@ const instructions = "kilntainers gives you isolated Linux computers. Use sandbo
 export const buildServer = (parts: ServerParts, sessionOf: SessionOf): Server => {
   const server = new Server(serverInfo, {
     jsonSchemaValidator: lazyJsonSchemaValidator,
-    capabilities,
+    capabilities: parts.tasks === undefined ? capabilities : withTasks,
     instructions,
     cacheHints: { "tools/list": { ttlMs: 3_600_000, cacheScope: "public" }, "resources/list": { ttlMs: 3_600_000, cacheScope: "public" } }
   })
@@ -203,18 +209,24 @@ export const buildServer = (parts: ServerParts, sessionOf: SessionOf): Server =>
     }
     return { contents: [{ uri: Dashboard.resourceUri, mimeType: Dashboard.mimeType, text: page.value, _meta: Dashboard.resourceMeta }] }
   })
-  const callParts = { settings: parts.settings, catalogue: parts.catalogue, run: parts.run, services: parts.services.await }
-  server.fallbackRequestHandler = async (request, ctx): Promise<CallToolResult> => {
+  const callParts = { settings: parts.settings, catalogue: parts.catalogue, run: parts.run, services: parts.services.await, tasks: parts.tasks }
+  server.fallbackRequestHandler = async (request, ctx): Promise<CallToolResult | TaskCreated> => {
     if (request.method !== "tools/call") throw new ProtocolError(ProtocolErrorCode.MethodNotFound, "Method not found")
-    const found = sessionOf(request, ctx)
+    const found = sessionOf(ctx)
     if ("refused" in found) return { isError: true, content: [{ type: "text", text: found.refused }] }
-    const caller: Caller = { session: found.session, sessionId: ctx.sessionId, client: server.getClientVersion() }
+    const caller: Caller = {
+      session: found.session,
+      sessionId: ctx.sessionId,
+      client: server.getClientVersion(),
+      acceptsTasks: TaskMethods.acceptsTasks(ctx)
+    }
     try {
       return await callTool(callParts, request.params, ctx, caller)
     } finally {
       found.done?.()
     }
   }
+  if (parts.tasks !== undefined) TaskMethods.register(server, parts.tasks, parts.run, sessionOf)
   return server
 }
 
@@ -227,7 +239,7 @@ export const connectionSession = (session: string): SessionOf => () => ({ sessio
  */
 export const makeServer = (settings: SettingsShape, services: ServicesHandle, session = "stdio") =>
   Effect.map(makeParts(settings, services), (parts) =>
-    buildServer(parts, (_request, ctx) => ({ session: ctx.sessionId ?? session })))
+    buildServer(parts, (ctx) => ({ session: ctx.sessionId ?? session })))
 
 /** Releases a session's temporary computers, if the services have started (computers exist only then). */
 export const releaseSession = (services: ServicesHandle, session: string) =>
@@ -286,7 +298,7 @@ export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolSe
         process.stdin.off("close", onEnd)
       })
   )
-  const parts = yield* makeParts(settings, services)
+  const parts = yield* makeParts(settings, services, yield* Tasks.make(Tasks.defaults))
   yield* Effect.addFinalizer(() => releaseSession(services, "stdio"))
   yield* Effect.acquireRelease(
     Effect.sync(() =>

@@ -13,10 +13,11 @@ import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import type { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
-import type { Processes, ProgressReporter } from "../../services/Processes.js"
+import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as ArgumentErrors from "./ArgumentErrors.js"
+import { type Tasks, taskTools } from "./Tasks.js"
 import type * as Tool from "./Tool.js"
 import * as ToolCallSpan from "./ToolCallSpan.js"
 
@@ -40,6 +41,8 @@ export interface CallParts {
   readonly run: Run
   /** The services once the backend has started, or why it could not. */
   readonly services: Effect.Effect<Context.Context<ToolServices>, string>
+  /** Where calls that outlive their short budget become tasks (Tasks extension), when served. */
+  readonly tasks: Tasks | undefined
 }
 
 /** Who the call is for: its session (which computers it sees), and what its span says of it. */
@@ -47,6 +50,14 @@ export interface Caller {
   readonly session: string
   readonly sessionId: string | undefined
   readonly client: { readonly name: string; readonly version: string } | undefined
+  /** The request declared the Tasks extension: a long wait may become a task. */
+  readonly acceptsTasks: boolean
+}
+
+/** A tools/call answered with a task instead of its result (Tasks extension). */
+export interface TaskCreated {
+  readonly resultType: "task"
+  readonly [key: string]: unknown
 }
 
 const text = (value: string): CallToolResult["content"] => [{ type: "text", text: value }]
@@ -100,31 +111,47 @@ const outcome = (
 
 /**
  * Answers one `tools/call` (its raw params) for a caller. Never rejects: a failure the agent should
- * read, a backend that could not start, a cancelled call and a defect are all results.
+ * read, a backend that could not start, a cancelled call and a defect are all results. A call that
+ * may become a task runs in the task store, which answers with its result or, past the short
+ * budget, with the task.
  */
-export const callTool = async (parts: CallParts, params: unknown, ctx: ServerContext, caller: Caller): Promise<CallToolResult> => {
+export const callTool = async (parts: CallParts, params: unknown, ctx: ServerContext, caller: Caller): Promise<CallToolResult | TaskCreated> => {
   const call = isObject(params) ? params : {}
   const meta = isObject(call._meta) ? call._meta : {}
   const name = typeof call.name === "string" ? call.name : ""
-  const progress = progressOf(meta, ctx)
-  const program = ToolCallSpan.traced(
-    {
-      tool: name,
-      session: caller.session,
-      sessionId: caller.sessionId,
-      requestId: ctx.mcpReq.id,
-      meta,
-      arguments: call.arguments === undefined ? {} : call.arguments,
-      client: caller.client
-    },
-    outcome(parts.catalogue, call, caller.session, progress),
-    // No structuredContent on errors: clients validate it against the tool's outputSchema.
-    (error) => errorResult(`${error._tag}: ${error.message}`)
-  )
+  const program = (progress: ProgressReporter | undefined) =>
+    ToolCallSpan.traced(
+      {
+        tool: name,
+        session: caller.session,
+        sessionId: caller.sessionId,
+        requestId: ctx.mcpReq.id,
+        meta,
+        arguments: call.arguments === undefined ? {} : call.arguments,
+        client: caller.client
+      },
+      outcome(parts.catalogue, call, caller.session, progress),
+      // No structuredContent on errors: clients validate it against the tool's outputSchema.
+      (error) => errorResult(`${error._tag}: ${error.message}`)
+    )
+  const tasks = caller.acceptsTasks && taskTools.has(name) ? parts.tasks : undefined
+  const answer = (context: Context.Context<ToolServices>): Effect.Effect<CallToolResult | TaskCreated> =>
+    tasks === undefined
+      ? Effect.provide(program(progressOf(meta, ctx)), context)
+      : Effect.map(
+        tasks.run(
+          caller.session,
+          name,
+          // The task's progress is its status message; the client polls tasks/get for it.
+          (progress) => Effect.provide(program(progress), context),
+          (pid) => Effect.provide(Effect.ignore(Effect.flatMap(Processes, (p) => p.kill(caller.session, { id: pid, signal: "SIGKILL" }))), context)
+        ),
+        (started) => started._tag === "Result" ? started.result : { resultType: "task" as const, ...started.task }
+      )
   const withServices = Effect.flatMap(Effect.either(parts.services), (started) =>
     started._tag === "Left"
       ? Effect.succeed(errorResult(`the ${parts.settings.backend} backend could not start: ${started.left}`))
-      : Effect.provide(program, started.right))
+      : answer(started.right))
   const exit = await parts.run(withServices, { signal: ctx.mcpReq.signal })
   if (Exit.isSuccess(exit)) return exit.value
   if (Cause.isInterruptedOnly(exit.cause)) return errorResult("the call was cancelled")
