@@ -132,7 +132,8 @@ const checkTransport = (resolved: ResolvedFlags) =>
       return
     }
     const { isLoopback } = yield* Effect.promise(() => import("../layers/mcp/HttpServer.js"))
-    if (!isLoopback(values.host) && values.authToken === undefined && !values.allowUnauthenticatedHttp) {
+    const tokens = values.authToken !== undefined || Object.keys(values.authPrincipal).length > 0
+    if (!isLoopback(values.host) && !tokens && !values.allowUnauthenticatedHttp) {
       return yield* refuse(
         `a non-loopback --host (${values.host}) lets anyone who reaches it run commands: set KILNTAINERS_AUTH_TOKEN ` +
           `(or --auth-token), or pass --allow-unauthenticated-http if something in front of this server authenticates`

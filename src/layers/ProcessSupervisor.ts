@@ -16,6 +16,7 @@ import { Backend } from "../services/Backend.js"
 import { Computers } from "../services/Computers.js"
 import type { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../services/ProcessInputs.js"
 import { Processes, type ProgressReporter } from "../services/Processes.js"
+import { noteSubject } from "../services/Progress.js"
 import { Settings } from "../services/Settings.js"
 import * as ComputerNews from "./processes/ComputerNews.js"
 import * as Exec from "./processes/Exec.js"
@@ -192,6 +193,7 @@ export const layer = Layer.scoped(
     const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
+        yield* noteSubject(process.computerId, process.id)
         const matcher = input.pattern
         const began = yield* Clock.currentTimeMillis
         const cursors = yield* process.totals

@@ -10,7 +10,7 @@ import { built, errorLine, printConfig, runCli } from "./CliRunner.js"
 const sample = (flag: Flag.AnyFlag): { readonly raw: string; readonly shown: unknown } => {
   const candidates: Record<Flag.Kind, ReadonlyArray<string>> = {
     boolean: ["true"],
-    integer: [String((flag.initial ?? 0) + 1)],
+    integer: [String((flag.initial ?? 0) + 1), "128"],
     number: ["2.5"],
     choice: (flag.choices ?? []).filter((choice) => choice !== flag.initial),
     list: ["first one\nsecond", "example.com\n*.example.org", "name.test=10.0.0.1", "api.test:X-Key=KEY_VAR", "/sample/a:/b"],

@@ -112,5 +112,41 @@ export const httpFlags = {
     transport: "http",
     more: true,
     help: "Most concurrent MCP sessions"
+  }),
+  authPrincipal: Flag.pairs("auth-principal", {
+    group: "http options",
+    metavar: "NAME=VARIABLE",
+    transport: "http",
+    more: true,
+    help: "A client with a token of its own, read from the server's environment VARIABLE; sessions and " +
+      "request memory are capped per principal; repeatable"
+  }),
+  maxSessionsPerPrincipal: Flag.optionalInteger("max-sessions-per-principal", {
+    group: "http options",
+    min: 1,
+    transport: "http",
+    more: true,
+    shownDefault: "--max-sessions with one principal, half of it with several",
+    help: "Most concurrent MCP sessions of one principal"
+  }),
+  maxBodyMemory: Flag.integer("max-body-memory", {
+    group: "http options",
+    default: 256,
+    // One message of the largest size, 32 MiB, at three bytes of memory per byte while it is parsed.
+    min: 96,
+    unit: "MiB",
+    transport: "http",
+    more: true,
+    help: "MiB of memory request bodies may take at once while read and parsed (3 per body byte), all " +
+      "clients together; more is refused (503, Retry-After)"
+  }),
+  maxBodyMemoryPerPrincipal: Flag.optionalInteger("max-body-memory-per-principal", {
+    group: "http options",
+    min: 96,
+    unit: "MiB",
+    transport: "http",
+    more: true,
+    shownDefault: "--max-body-memory with one principal, half of it with several",
+    help: "MiB of memory one principal's request bodies may take at once"
   })
 }

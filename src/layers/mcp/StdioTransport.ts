@@ -1,5 +1,4 @@
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
-import { ErrorCode, type JSONRPCMessage, JSONRPCMessageSchema } from "@modelcontextprotocol/sdk/types.js"
+import { type JSONRPCMessage, parseJSONRPCMessage, ProtocolErrorCode, type Transport } from "@modelcontextprotocol/server"
 import type { Readable, Writable } from "node:stream"
 import { RequestIdScanner } from "./RequestIdScanner.js"
 
@@ -76,7 +75,7 @@ export class StdioTransport implements Transport {
       "it was not read (file_write takes at most 16 MiB of content: send large files in parts with append=true)"
     if (id === undefined) return this.options.warn(`stdio: skipped a message without a readable id: ${message}`)
     this.options.warn(`stdio: request ${JSON.stringify(id)} refused: ${message}`)
-    this.reply(id, ErrorCode.InvalidRequest, message)
+    this.reply(id, ProtocolErrorCode.InvalidRequest, message)
   }
 
   private receive(line: string) {
@@ -85,13 +84,18 @@ export class StdioTransport implements Transport {
       json = JSON.parse(line)
     } catch {
       this.options.warn("stdio: a line that is not JSON was answered with a parse error")
-      return this.reply(null, ErrorCode.ParseError, "parse error: the message is not valid JSON")
+      return this.reply(null, ProtocolErrorCode.ParseError, "parse error: the message is not valid JSON")
     }
-    const parsed = JSONRPCMessageSchema.safeParse(json)
-    if (parsed.success) return this.onmessage?.(parsed.data)
+    let message: JSONRPCMessage | undefined
+    try {
+      message = parseJSONRPCMessage(json)
+    } catch {
+      message = undefined
+    }
+    if (message !== undefined) return this.onmessage?.(message)
     const id = typeof json === "object" && json !== null && "id" in json ? (json as { id: unknown }).id : undefined
     if (typeof id === "string" || typeof id === "number") {
-      return this.reply(id, ErrorCode.InvalidRequest, "invalid request: not a JSON-RPC 2.0 message")
+      return this.reply(id, ProtocolErrorCode.InvalidRequest, "invalid request: not a JSON-RPC 2.0 message")
     }
     this.options.warn("stdio: skipped a message that is not JSON-RPC 2.0")
   }
