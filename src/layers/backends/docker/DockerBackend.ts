@@ -17,6 +17,7 @@
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
+import type * as Scope from "effect/Scope"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import type { ComputerEgress } from "../../egress/Egress.js"
 import type { FilesystemPolicy } from "../../../domain/Mounts.js"
@@ -25,6 +26,8 @@ import { Backend } from "../../../services/Backend.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
 import type * as Relay from "../agent/Relay.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
+import * as ComputerImage from "./ComputerImage.js"
+import { COMPUTER_IMAGE, DEFAULT_BASE, recipeDirectory } from "./ComputerRecipe.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
@@ -37,7 +40,10 @@ export { connectionOptions, ping } from "./DockerEngine.js"
 export { containerName, DEFAULT_CAPABILITIES, HOME } from "./DockerContainers.js"
 
 export interface DockerBackendOptions extends DockerEngine.EngineAddress {
-  /** Image of new computers (default "debian:bookworm-slim"); pulled when missing. */
+  /**
+   * Image of new computers: pulled when missing; the default, the computer image, is built on first
+   * use when missing (ComputerImage.ts).
+   */
   readonly image: string
   /** CPUs (NanoCpus); default 1. */
   readonly cpu: number | undefined
@@ -63,7 +69,7 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly egress?: ComputerEgress | undefined
 }
 
-export const DEFAULT_IMAGE = "debian:bookworm-slim"
+export const DEFAULT_IMAGE = COMPUTER_IMAGE
 export const DEFAULT_MEMORY = "1g"
 export const DEFAULT_CPU = 1
 export const DEFAULT_PIDS_LIMIT = 512
@@ -102,8 +108,12 @@ const containerSettings = (
   })
 }
 
-/** The Docker backend; fails when a setting is wrong, the engine is unreachable or the image cannot be had. */
-export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
+/**
+ * The Docker backend; fails when a setting is wrong, the engine is unreachable or the image cannot be
+ * had. The computer image is built, when needed, by the first computer that needs it, in `scope` when
+ * given (the layer's), else in that computer's own call.
+ */
+export const make = (options: DockerBackendOptions, scope?: Scope.Scope | undefined): Effect.Effect<Backend["Type"], ProviderError> =>
   Effect.gen(function*() {
     const masksDirectories = (options.filesystem?.denyRead.length ?? 0) > 0
     const emptyDir = masksDirectories
@@ -115,7 +125,16 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
     const settings = yield* containerSettings(options, emptyDir)
     const engine = yield* DockerEngine.make(options)
     yield* DockerEngine.reachable(engine)
-    yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
+    // The computer image is had when a computer first needs it (a build takes minutes); others now.
+    const computerImage = options.image === COMPUTER_IMAGE
+      ? yield* ComputerImage.make(engine, {
+        tag: COMPUTER_IMAGE,
+        base: DEFAULT_BASE,
+        recipe: recipeDirectory(),
+        onProgress: options.onPullProgress
+      }, scope)
+      : undefined
+    if (computerImage === undefined) yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
     // Warm pool hand-outs are recorded in the state directory (PoolIds.ts); without one, renamed.
     const poolIds = options.stateDir === undefined ? undefined : PoolIds.make(options.stateDir, engine.name)
     const containers = yield* DockerContainers.make(engine, settings, poolIds)
@@ -137,7 +156,10 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       labelStyle: "dotted",
       image: options.image,
       find: containers.find,
-      create: containers.create,
+      create: computerImage === undefined
+        ? containers.create
+        : (metadata) =>
+          metadata.image === COMPUTER_IMAGE ? Effect.zipRight(computerImage.ready, containers.create(metadata)) : containers.create(metadata),
       start: containers.start,
       connect: DockerConnection.connect({
         engine, containers, binaries, agentInvalid, agentRefused: new Map(), relay: options.relay, egress: options.egress
@@ -151,5 +173,6 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
   })
 
 /** The Docker backend as a Layer. */
-export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))
+export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> =>
+  Layer.scoped(Backend, Effect.flatMap(Effect.scope, (scope) => make(options, scope)))
 

@@ -1,0 +1,75 @@
+/**
+ * Issue 23 — what a new user and an agent trip over — through the MCP SDK's client and the built
+ * CLI, on Docker and on the host backend: a computer with the tools agents use by default, file
+ * tools that resolve paths as the shell does, a lean `computer_list`, one guest identity, results
+ * that say what happened.
+ */
+import { afterAll, assert, beforeAll, describe, it } from "vitest"
+import { spawnSync } from "node:child_process"
+import { existsSync } from "node:fs"
+import { COMPUTER_IMAGE, engineWorks, removeOurContainersOn } from "../support/Docker.js"
+import { binPath, type Harness, startServer } from "../support/McpHarness.js"
+import { bwrapWorks, describeIf } from "../support/Requirements.js"
+
+/** What agents reach for first (the README's examples, the issue's list). */
+const TOOLS = ["bash", "python3", "pip3", "node", "npm", "git", "curl", "vim", "less", "ps", "top", "gcc", "make", "ls", "sed"]
+
+const exec = async (server: Harness, command: string, extra: Record<string, unknown> = {}) => {
+  const result = await server.call("sandbox_exec", { command, ...extra })
+  assert.isFalse(result.isError, result.text)
+  return result.structured as { stdout: string; stderr: string; exit_code: number; computer_id: string }
+}
+
+/** The tools this machine has where the host backend's sandbox shows them (/usr, /bin). */
+const hostHas = (tool: string) =>
+  spawnSync("sh", ["-c", `command -v ${tool}`], { env: { PATH: "/usr/local/bin:/usr/bin:/bin" } }).status === 0
+
+const backends = [
+  {
+    name: "docker",
+    // No flags: the README's quick start, on the default image.
+    args: [],
+    available: engineWorks("docker", COMPUTER_IMAGE) && engineWorks("docker"),
+    needs: `a Docker engine with ${COMPUTER_IMAGE} (kilntainers image build; the server builds it on first use)`,
+    expected: TOOLS
+  },
+  {
+    name: "host",
+    args: ["--backend", "host"],
+    available: bwrapWorks,
+    needs: "bubblewrap",
+    expected: TOOLS.filter(hostHas)
+  }
+] as const
+
+for (const backend of backends) {
+  describeIf(backend.available && existsSync(binPath), `${backend.needs} and a built CLI`)(`issue 23 on ${backend.name}`, () => {
+    let server: Harness
+    beforeAll(async () => {
+      server = await startServer([...backend.args])
+    }, 180_000)
+    afterAll(async () => {
+      await server?.client.close()
+      if (backend.name === "docker") await removeOurContainersOn("docker")()
+    })
+
+    describe("item 1: a computer with what agents use", () => {
+      it("has bash, coreutils, procps, python3 and pip, node and npm, git, curl, vim, less and a compiler", async () => {
+        const found = await exec(server, `for t in ${backend.expected.join(" ")}; do command -v $t >/dev/null || echo missing $t; done; python3 --version`)
+        assert.strictEqual(found.exit_code, 0, found.stderr)
+        assert.match(found.stdout, /^Python 3\.\d+\.\d+\n$/, found.stdout)
+        if (backend.name === "docker") assert.deepStrictEqual(backend.expected, TOOLS)
+      }, 180_000)
+
+      it("computer_list says what image each computer runs", async () => {
+        const { computer_id } = await exec(server, "true")
+        const listed = await server.call("computer_list", {})
+        const mine = listed.structured.computers.find((c: { computer_id: string }) => c.computer_id === computer_id)
+        assert.isDefined(mine, listed.text)
+        assert.strictEqual(mine.backend, backend.name)
+        if (backend.name === "docker") assert.strictEqual(mine.image, COMPUTER_IMAGE)
+        else assert.isString(mine.image)
+      }, 60_000)
+    })
+  })
+}
