@@ -6,7 +6,9 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import { spawnSync } from "node:child_process"
-import { existsSync } from "node:fs"
+import { chownSync, existsSync, mkdtempSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { COMPUTER_IMAGE, engineWorks, removeOurContainersOn } from "../support/Docker.js"
 import { binPath, type Harness, startServer } from "../support/McpHarness.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
@@ -19,6 +21,9 @@ const exec = async (server: Harness, command: string, extra: Record<string, unkn
   assert.isFalse(result.isError, result.text)
   return result.structured as { stdout: string; stderr: string; exit_code: number; computer_id: string }
 }
+
+/** The owner of the mounted project: an unprivileged uid that is neither the guest's 1000 nor the server's. */
+const OWNER = 2345
 
 /** The tools this machine has where the host backend's sandbox shows them (/usr, /bin). */
 const hostHas = (tool: string) =>
@@ -70,6 +75,34 @@ for (const backend of backends) {
         if (backend.name === "docker") assert.strictEqual(mine.image, COMPUTER_IMAGE)
         else assert.isString(mine.image)
       }, 60_000)
+    })
+
+    describe("a mounted project (--mount DIR:/home/agent/app --workdir /home/agent/app)", () => {
+      let project: string
+      let mounted: Harness
+      beforeAll(async () => {
+        project = mkdtempSync(join(tmpdir(), "kt-e2e-project-"))
+        chownSync(project, OWNER, OWNER)
+        mounted = await startServer([...backend.args, "--mount", `${project}:/home/agent/app`, "--workdir", "/home/agent/app"])
+      }, 180_000)
+      afterAll(async () => {
+        await mounted?.client.close()
+      })
+
+      it("item 4: file_write and file_read resolve a relative path against --workdir, as the shell does", async () => {
+        const written = await mounted.call("file_write", { path: "notes/todo.txt", content: "ship it\n" })
+        assert.isFalse(written.isError, written.text)
+        assert.strictEqual(readFileSync(join(project, "notes", "todo.txt"), "utf8"), "ship it\n")
+        const read = await mounted.call("file_read", { path: "notes/todo.txt" })
+        assert.isFalse(read.isError, read.text)
+        assert.strictEqual(read.structured.content, "ship it\n")
+        const shell = await exec(mounted, "pwd; cat notes/todo.txt")
+        assert.strictEqual(shell.stdout, "/home/agent/app\nship it\n")
+        // An absolute path is still the computer's own.
+        const home = await mounted.call("file_write", { path: "/home/agent/elsewhere.txt", content: "x" })
+        assert.isFalse(home.isError, home.text)
+        assert.isFalse(existsSync(join(project, "elsewhere.txt")))
+      }, 120_000)
     })
   })
 }

@@ -131,7 +131,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "file_read",
-    description: `Read a file inside a computer (relative paths are from /home/agent). Text comes back as ` +
+    description: `Read a file inside a computer (relative paths are from the working directory, as for processes). Text comes back as ` +
       `utf8; binary (or encoding=base64) as base64. At most maxBytes (default ${defaultReadBytes}, max ` +
       `${maxFileBytes}); size is the whole file's.`,
     input: Schema.Struct({
@@ -154,7 +154,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "file_write",
-    description: `Write a file inside a computer (relative paths are from /home/agent; parent directories are ` +
+    description: `Write a file inside a computer (relative paths are from the working directory, as for processes; parent directories are ` +
       `created). content is utf8 text, or base64 with encoding=base64; at most ${maxFileBytes} bytes. ` +
       `append=true appends; mode sets permissions (e.g. 755).`,
     input: Schema.Struct({
