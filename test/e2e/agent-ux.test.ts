@@ -77,6 +77,19 @@ for (const backend of backends) {
       }, 60_000)
     })
 
+    it("item 7: computer_list stays the same size as an agent works; its audit entries come when asked for", async () => {
+      await exec(server, "true")
+      const before = await server.call("computer_list", {})
+      for (let i = 0; i < 40; i++) await exec(server, `echo ${i}`)
+      const after = await server.call("computer_list", {})
+      assert.isUndefined(after.structured.audit, after.text)
+      assert.strictEqual(after.text.length, before.text.length, `${before.text}\n${after.text}`)
+      const asked = await server.call("computer_list", { audit: true })
+      const audit = asked.structured.audit as Array<{ kind: string; summary: string }>
+      assert.lengthOf(audit, 20)
+      assert.isTrue(audit.some((entry) => entry.summary.includes("started: echo 39")), asked.text)
+    }, 120_000)
+
     describe("a mounted project (--mount DIR:/home/agent/app --workdir /home/agent/app)", () => {
       let project: string
       let mounted: Harness

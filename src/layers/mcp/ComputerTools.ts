@@ -36,16 +36,20 @@ const annotations = (title: string, readOnly: boolean, destructive: boolean, ide
   openWorldHint: false
 })
 
-const inventory = (session: string) =>
+/** The inventory; the recent audit entries only when asked for (they grow with every command an agent runs). */
+const inventory = (session: string, withAudit: boolean) =>
   Effect.flatMap(Computers, (computers) =>
     Effect.all([computers.list(session), computers.pool]).pipe(
       Effect.flatMap(([list, pool]) =>
-        Effect.map(RecentActivity.recent(list.map((computer) => computer.computer_id)), (audit) => ({
-          computers: list,
-          count: list.length,
-          ...(pool === undefined ? {} : { pool }),
-          ...(audit.length === 0 ? {} : { audit })
-        }))
+        Effect.map(
+          withAudit ? RecentActivity.recent(list.map((computer) => computer.computer_id)) : Effect.succeed([]),
+          (audit) => ({
+            computers: list,
+            count: list.length,
+            ...(pool === undefined ? {} : { pool }),
+            ...(audit.length === 0 ? {} : { audit })
+          })
+        )
       )
     ))
 
@@ -69,16 +73,18 @@ export const make = () => [
     annotations: annotations("Sandbox Computer Dashboard", true, false, true),
     // Both keys: the specification's, and the flat one older hosts read.
     meta: { ui: { resourceUri: Dashboard.resourceUri, visibility: ["model", "app"] }, "ui/resourceUri": Dashboard.resourceUri },
-    handle: (_input, context) => inventory(context.session)
+    handle: (_input, context) => inventory(context.session, true)
   }),
   Tool.make({
     name: "computer_list",
     description: "List every sandbox computer: those in use and the permanent ones the provider keeps, with " +
       "state, backend, image, provider id (sandbox_id), temporary/permanent, created time and live processes.",
-    input: Schema.Struct({}),
+    input: Schema.Struct({
+      audit: Schema.optional(Schema.Boolean.annotations({ description: "Also the last 20 audit-log entries of these computers" }))
+    }),
     output: Inventory,
     annotations: annotations("List computers", true, false, true),
-    handle: (_input, context) => inventory(context.session)
+    handle: (input, context) => inventory(context.session, input.audit === true)
   }),
   Tool.make({
     name: "computer_create",
