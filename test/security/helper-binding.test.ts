@@ -72,7 +72,7 @@ describeIf(requirementsMet, requirements)("host: helpers replaced after startup 
       beforeAll(async () => {
         pkg = packageCopy()
         markers = markerDir()
-        server = await startHostServer(mode, [], pkg.bin)
+        server = await startHostServer(mode, [], "host", pkg.bin)
         const before = await server.call("sandbox_exec", { command: "echo before", computer_id: "before" })
         assert.strictEqual(before.structured?.stdout, "before\n", before.text)
       }, 180_000)

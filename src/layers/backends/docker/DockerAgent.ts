@@ -88,7 +88,13 @@ export const start = (
   docker: Docker,
   containerId: string,
   binaries: NativeBinaries.NativeBinaries,
-  options: { readonly onLost?: (reason: string) => void; readonly relayPort?: number | undefined; readonly relay?: RelayListener | undefined } = {}
+  options: {
+    readonly onLost?: (reason: string) => void
+    readonly relayPort?: number | undefined
+    readonly relay?: RelayListener | undefined
+    /** The computer can write host files: no setuid/setgid modes (the agent's --no-setid-files). */
+    readonly noSetidFiles?: boolean | undefined
+  } = {}
 ): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const fail = (what: string) => (error: unknown) =>
@@ -102,7 +108,7 @@ export const start = (
     const exec = yield* Effect.tryPromise({
       try: () =>
         container.exec({
-          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...relayArgs],
+          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...(options.noSetidFiles === true ? ["--no-setid-files"] : []), ...relayArgs],
           Env: [`PATH=${PATH}`],
           WorkingDir: "/",
           AttachStdin: true,

@@ -24,7 +24,10 @@ import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import type * as Relay from "../agent/Relay.js"
+import type * as MountObjects from "../mounts/MountObjects.js"
+import * as MountTemplates from "../mounts/MountTemplates.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
 import * as ComputerImage from "./ComputerImage.js"
 import { COMPUTER_IMAGE, DEFAULT_BASE, recipeDirectory } from "./ComputerRecipe.js"
@@ -33,6 +36,7 @@ import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
 import * as DockerMounts from "./DockerMounts.js"
+import { sharesMounts } from "./EngineNamespace.js"
 import * as PoolIds from "./PoolIds.js"
 import { parseRunFlags, parseSize } from "./DockerRunFlags.js"
 
@@ -63,7 +67,11 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly filesystem?: FilesystemPolicy | undefined
   /** An existing container (not ours) adopted as a permanent computer (AdoptedContainer.ts). */
   readonly adoptContainer?: string | undefined
-  /** Where the empty directory that masks --deny-read directories is made (else a temporary one). */
+  /**
+   * The server's state directory: warm pool records, and the user's directories staged for the
+   * engine (DockerMounts.ts; without one they are only checked), or the empty directory that masks
+   * --deny-read directories.
+   */
   readonly stateDir?: string | undefined
   /** The egress proxy's variables for every process, and its CA bundle (DockerTrust.ts). */
   readonly egress?: ComputerEgress | undefined
@@ -87,7 +95,7 @@ const parseMemory = (memory: string | undefined): Either.Either<number, string> 
 /** The settings of every container, checked before anything touches the engine. */
 const containerSettings = (
   options: DockerBackendOptions,
-  emptyDir: string
+  mounts: DockerMounts.DockerMounts | undefined
 ): Either.Either<DockerContainers.ContainerSettings, ProviderError> => {
   const invalid = (detail: string) => Either.left(providerError(options.engine, "use the settings", "Invalid", detail))
   const flags = parseRunFlags(options.runFlags)
@@ -104,25 +112,54 @@ const containerSettings = (
     pidsLimit: options.pidsLimit,
     network: options.network,
     onPullProgress: options.onPullProgress,
-    mounts: options.filesystem === undefined ? undefined : DockerMounts.containerMounts(options.filesystem, emptyDir)
+    mounts
   })
 }
 
 /**
- * The Docker backend; fails when a setting is wrong, the engine is unreachable or the image cannot be
- * had. The computer image is built, when needed, by the first computer that needs it, in `scope` when
- * given (the layer's), else in that computer's own call.
+ * Whether a mount this server makes is what the engine sees: the server is root and the engine
+ * listens on a local socket in this mount namespace (EngineNamespace.ts).
  */
-export const make = (options: DockerBackendOptions, scope?: Scope.Scope | undefined): Effect.Effect<Backend["Type"], ProviderError> =>
+const stageable = (options: DockerBackendOptions): boolean => {
+  const address = DockerEngine.connectionOptions(options)
+  const socket = Either.isRight(address) ? address.right.socketPath : undefined
+  return process.getuid?.() === 0 && typeof socket === "string" && sharesMounts(socket)
+}
+
+/** Mount templates made by kt-sandbox run from the server's private copy of the bytes it checked (PrivateHelpers). */
+const templatesFrom = (engine: string, stateDir: string) => (objects: MountObjects.MountObjects) =>
+  NativeBinaries.locateHelper(engine, "kt-sandbox").pipe(
+    Effect.flatMap((helper) => PrivateHelpers.install(engine, PrivateHelpers.helpersDir(stateDir), "kt-sandbox", helper.bytes)),
+    Effect.flatMap((launcher) => MountTemplates.make(launcher, objects, "root", engine))
+  )
+
+/** The user's directories (DockerMounts.ts): staged from templates when the engine sees our mounts, else checked. */
+const userMounts = (options: DockerBackendOptions) =>
+  options.filesystem === undefined
+    ? Effect.succeed(undefined)
+    : DockerMounts.make({
+      policy: options.filesystem,
+      backend: options.engine,
+      stateDir: options.stateDir,
+      templates: stageable(options) && options.stateDir !== undefined
+        ? templatesFrom(options.engine, options.stateDir)
+        : undefined
+    })
+
+/** Whether a computer can write a host directory (its agent then refuses setuid/setgid modes). */
+const writesHostFiles = (options: DockerBackendOptions, flags: DockerContainers.ContainerSettings["flags"]): boolean =>
+  (options.filesystem?.mounts ?? []).some((mount) => !mount.volume && !mount.readOnly) ||
+  flags.binds.some((bind) => bind.startsWith("/") && !bind.split(":").slice(2).join(":").split(",").includes("ro"))
+
+/**
+ * The Docker backend, holding the user's directories for as long as the Scope lasts; fails when a
+ * setting is wrong, the engine is unreachable or the image cannot be had. The computer image is built,
+ * when needed, by the first computer that needs it, in that Scope (a cancelled call keeps the build).
+ */
+export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const masksDirectories = (options.filesystem?.denyRead.length ?? 0) > 0
-    const emptyDir = masksDirectories
-      ? yield* Effect.try({
-        try: () => DockerMounts.emptyDirectory(options.stateDir),
-        catch: (error) => providerError(options.engine, "make the directory that masks --deny-read paths", "Failed", String(error))
-      })
-      : "/nonexistent"
-    const settings = yield* containerSettings(options, emptyDir)
+    const mounts = yield* userMounts(options)
+    const settings = yield* containerSettings(options, mounts)
     const engine = yield* DockerEngine.make(options)
     yield* DockerEngine.reachable(engine)
     // The computer image is had when a computer first needs it (a build takes minutes); others now.
@@ -132,7 +169,7 @@ export const make = (options: DockerBackendOptions, scope?: Scope.Scope | undefi
         base: DEFAULT_BASE,
         recipe: recipeDirectory(),
         onProgress: options.onPullProgress
-      }, scope)
+      }, yield* Effect.scope)
       : undefined
     if (computerImage === undefined) yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
     // Warm pool hand-outs are recorded in the state directory (PoolIds.ts); without one, renamed.
@@ -162,7 +199,14 @@ export const make = (options: DockerBackendOptions, scope?: Scope.Scope | undefi
           metadata.image === COMPUTER_IMAGE ? Effect.zipRight(computerImage.ready, containers.create(metadata)) : containers.create(metadata),
       start: containers.start,
       connect: DockerConnection.connect({
-        engine, containers, binaries, agentInvalid, agentRefused: new Map(), relay: options.relay, egress: options.egress
+        engine,
+        containers,
+        binaries,
+        agentInvalid,
+        agentRefused: new Map(),
+        relay: options.relay,
+        egress: options.egress,
+        writesHostFiles: writesHostFiles(options, settings.flags)
       }),
       restart: containers.restart,
       remove: containers.remove,
@@ -173,6 +217,5 @@ export const make = (options: DockerBackendOptions, scope?: Scope.Scope | undefi
   })
 
 /** The Docker backend as a Layer. */
-export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> =>
-  Layer.scoped(Backend, Effect.flatMap(Effect.scope, (scope) => make(options, scope)))
+export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.scoped(Backend, make(options))
 

@@ -47,6 +47,11 @@ export interface ConnectionContext {
   readonly relay?: Relay.RelaySettings | undefined
   /** The egress CA bundle, put into each container before its processes start. */
   readonly egress?: ComputerEgress | undefined
+  /**
+   * A computer can write a host directory: the agent refuses setuid/setgid modes (`--no-setid-files`),
+   * and a container without the agent gets no processes at all (nothing else would refuse them).
+   */
+  readonly writesHostFiles?: boolean | undefined
 }
 
 /**
@@ -55,7 +60,13 @@ export interface ConnectionContext {
  * computer without it would have no network at all, so the connection fails and says why.
  */
 const withoutAgent = (context: ConnectionContext, instance: Instance, why: string) =>
-  context.relay === undefined
+  context.writesHostFiles === true
+    ? Effect.fail(context.engine.fail(
+      "start the computer's agent",
+      "Unavailable",
+      `${containerName(instance.metadata.id)}: ${why}. A computer that can write a host directory (a writable --mount or --volume) runs its processes only through the agent, which refuses setuid and setgid files there; use an image whose root lets the agent be copied into ${DockerAgent.AGENT_DIR} and run there`
+    ))
+    : context.relay === undefined
     ? Effect.succeed(Option.none<AgentClient.AgentClient>())
     : Effect.fail(context.engine.fail(
       "start the computer's agent",
@@ -85,7 +96,8 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
       return yield* DockerAgent.start(engine.name, engine.docker, instance.providerId, binaries.value, {
         onLost,
         relayPort: relay?.port,
-        relay: listener
+        relay: listener,
+        noSetidFiles: context.writesHostFiles === true
       })
     }).pipe(Scope.extend(scope), Effect.either)
     if (started._tag === "Right") return Option.some(started.right)

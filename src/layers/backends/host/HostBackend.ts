@@ -183,4 +183,4 @@ export const make = (options: HostBackendOptions) =>
   })
 
 /** The host backend as a Layer; fails when the sandbox cannot work here, saying how to fix it. */
-export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))
+export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.scoped(Backend, make(options))
