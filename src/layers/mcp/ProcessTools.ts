@@ -2,11 +2,16 @@
  * The process tools: process-mcp's spawn, ps, stdin, stdout and kill (their result fields, with
  * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each decodes its input, calls one
  * Processes method with the calling session, and returns what it answers.
+ *
+ * Every agent reads the input side of tools/list (names, descriptions, input schemas) in every
+ * conversation, so it says what a model must know once: a tool's description carries what its
+ * fields mean, shared fields (id, computer_id, maxBytes) are explained where they first matter, and a
+ * field whose name and type say it has no description (test/layers/mcp/ToolSurface.test.ts keeps the
+ * whole under its budget and checks that the facts an agent needs are there). Results describe every
+ * field: output schemas are outside that budget.
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
-import { describeEscapes } from "../../actors/StdinEscapes.js"
-import { envNameRule } from "../../domain/Environment.js"
 import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { Processes } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
@@ -14,32 +19,25 @@ import * as Tool from "./Tool.js"
 
 const described = <S extends Schema.Schema<any, any, never>>(schema: S, description: string): S =>
   schema.annotations({ description }) as S
-const Int = (description: string, min: number, max?: number) =>
-  described(
-    max === undefined
-      ? Schema.Number.pipe(Schema.int(), Schema.greaterThanOrEqualTo(min))
-      : Schema.Number.pipe(Schema.int(), Schema.between(min, max)),
-    description
-  )
+const Int = (min: number, max?: number) =>
+  max === undefined ? Schema.Number.pipe(Schema.int(), Schema.greaterThanOrEqualTo(min)) : Schema.Number.pipe(Schema.int(), Schema.between(min, max))
 const Text = (description: string) => described(Schema.String, description)
 const Flag = (description: string) => described(Schema.Boolean, description)
 
-const Env = described(
-  Schema.Record({ key: Schema.String, value: Schema.String }),
-  `Environment variables for this process, on top of the computer's minimal environment (${envNameRule})`
-)
+// ---- input fields: described where a model needs it, once -----------------------------------------
+const Env = Schema.Record({ key: Schema.String, value: Schema.String })
+/** Where a process starts: computer_id and temporary, described once, in sandbox_exec and spawn. */
 const ComputerFields = {
-  computer_id: Schema.optional(Text("Computer slug (1-63 of a-z, 0-9, '-'); omit for this session's default computer")),
-  temporary: Schema.optional(Flag("Remove the computer when this session ends (default true); false keeps it, reachable by id"))
+  computer_id: Schema.optional(Text("Omit: this session's computer")),
+  temporary: Schema.optional(Flag("false: keep it after this session"))
 }
-const Pid = Text("The process handle that spawn returned (ps lists them)")
-const OnComputer = Schema.optional(Text("The process's computer (optional; checked when given)"))
-const MaxBytes = (settings: SettingsShape) =>
-  Schema.optional(Int(`Most output bytes inline, both streams together (default ${settings.inlineBytes}); longer output keeps head and tail`, 1))
+const Id = Schema.String
+const OnComputer = Schema.optional(Schema.String)
+const MaxBytes = Schema.optional(Int(1))
 
 // ---- result fields, in one place for every tool --------------------------------------------------
 const State = {
-  pid: Pid,
+  pid: Text("The process handle that spawn returned (ps lists them)"),
   status: described(ProcessStatus, "running, or terminated (see exitCode / signal)"),
   exitCode: Schema.optional(described(Schema.Number, "Exit code, when it exited by itself")),
   signal: Schema.optional(Text("The signal that ended it")),
@@ -70,26 +68,16 @@ const Output = {
 }
 const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
 
-const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): Tool.ToolAnnotations => ({
-  title,
-  readOnlyHint: readOnly,
-  destructiveHint: destructive,
-  idempotentHint: idempotent,
-  openWorldHint: false
-})
+const annotations = Tool.annotations
 
 const execDescription = (settings: SettingsShape) => {
   const base = settings.toolInstructionOverride ??
-    `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. ` +
-      `Each call is independent: no state (shell variables, working directory) persists between calls, but the ` +
-      `filesystem does persist (home directory /home/agent). To write a file, pass its content as stdin ` +
-      `(e.g. command="cat > file.txt"). Use args instead of command to run a program without a shell. ` +
-      `Commands time out after ${settings.timeout} seconds by default (set timeout in seconds); on timeout the ` +
-      `whole process tree is killed, exit_code is 124 and the output so far is returned. A command whose stdout ` +
-      `and stderr together pass ${settings.outputLimit} bytes is stopped the same way (exit_code 1, "output limit ` +
-      `exceeded"). Output over ${Math.min(settings.inlineBytes, settings.outputLimit)} bytes keeps its head and tail ` +
-      `here (pid and next let stdout read the rest). ` +
-      `Network access is ${settings.network ? "enabled" : "disabled"}. For long-running or interactive programs use spawn.`
+    `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. Each call is ` +
+      `independent: files persist (home /home/agent), shell state does not. To write a file, pass it as stdin ` +
+      `(command="cat > f"); args: argv, no shell. Commands time out after ${settings.timeout} seconds by default ` +
+      `(timeout, in s): the tree is killed, exit_code 124, output kept; over ${settings.outputLimit} output bytes, ` +
+      `exit_code 1. Long output keeps head and tail (stdout with pid, next: the rest). Network ` +
+      `${settings.network ? "enabled" : "disabled"}. Long-running or interactive: spawn.`
   return settings.extendedToolInstruction ? `${base}\n\n${settings.extendedToolInstruction}` : base
 }
 
@@ -97,24 +85,21 @@ const execDescription = (settings: SettingsShape) => {
 export const make = (settings: SettingsShape) => [
   Tool.make({
     name: "spawn",
-    description: "Execute a command. It runs until it exits, its output matches `pattern`, or timeoutMs passes " +
-      `(default ${settings.spawnTimeoutMs}); a process still running then moves to the background and keeps running — ` +
-      "you get its pid and the output so far. background=true returns at once. tty=true gives a real terminal " +
-      "(vim, less, a REPL, top): stdout is then the rendered screen.",
+    description: `Start a command (${settings.shell} -c). Returns when it exits, its output matches pattern (RE2) or ` +
+      `timeoutMs passes (default ${settings.spawnTimeoutMs}); it runs on, its pid the id for stdin, stdout, wait, kill. ` +
+      `background=true returns at once. tty=true: a terminal (vim, a REPL; default ${settings.cols}x${settings.rows}), ` +
+      `stdout its screen. Output past maxBytes (default ${settings.inlineBytes}) keeps head and tail.`,
     input: Schema.Struct({
-      command: Text(`Shell command line, run with ${settings.shell} -c`),
-      cwd: Schema.optional(Text("Working directory (default the computer's home, /home/agent)")),
+      command: Schema.String,
+      cwd: Schema.optional(Schema.String),
       env: Schema.optional(Env),
-      tty: Schema.optional(Flag("Run on a real terminal")),
-      background: Schema.optional(Flag("Return at once; the process runs in the background")),
-      timeoutMs: Schema.optional(Int(
-        `Longest wait before returning with the process still running (default ${settings.spawnTimeoutMs}; at most ${settings.maxCallMs} without a progress token)`,
-        0
-      )),
-      pattern: Schema.optional(Text("Return as soon as the output matches this regular expression (a ready line)")),
-      cols: Schema.optional(Int(`Terminal columns (tty, default ${settings.cols})`, 2, 1000)),
-      rows: Schema.optional(Int(`Terminal rows (tty, default ${settings.rows})`, 2, 1000)),
-      maxBytes: MaxBytes(settings),
+      tty: Schema.optional(Schema.Boolean),
+      background: Schema.optional(Schema.Boolean),
+      timeoutMs: Schema.optional(Int(0)),
+      pattern: Schema.optional(Schema.String),
+      cols: Schema.optional(Int(2, 1000)),
+      rows: Schema.optional(Int(2, 1000)),
+      maxBytes: MaxBytes,
       ...ComputerFields
     }),
     output: Schema.Struct({
@@ -129,11 +114,11 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "ps",
-    description: `List processes: the running ones and the ${settings.psFinished} most recently finished (status and limit show more).`,
+    description: `List processes: running, and the last ${settings.psFinished} finished (status, limit: more).`,
     input: Schema.Struct({
-      computer_id: Schema.optional(Text("Only this computer's processes")),
-      status: Schema.optional(described(Schema.Literal("running", "terminated", "all"), "Only these (default: running plus the last few finished)")),
-      limit: Schema.optional(Int("Most processes to list", 1))
+      computer_id: OnComputer,
+      status: Schema.optional(Schema.Literal("running", "terminated", "all")),
+      limit: Schema.optional(Int(1))
     }),
     output: Schema.Struct({
       processes: Schema.Array(ProcessInfo),
@@ -146,14 +131,15 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "stdin",
-    description: `Send input to a process (a TTY or a pipe) and get the output that follows (or the settled screen). ${describeEscapes} ` +
-      "eof=true closes stdin (a pipe) or sends Ctrl-D (a TTY) after the input.",
+    description: "Write to a process's stdin; returns what follows once output pauses (at most yieldMs, " +
+      `default ${settings.stdinYieldMs}; a terminal: its screen). Escapes: \\n \\r \\t \\e \\\\ \\0 ` +
+      "\\xHH (\\x03: Ctrl-C) \\uHHHH. eof=true then closes it (a terminal: Ctrl-D).",
     input: Schema.Struct({
-      id: Pid,
-      input: Schema.optionalWith(Text("Text to send, with escapes"), { default: () => "" }),
-      eof: Schema.optional(Flag("Close stdin after the input")),
-      yieldMs: Schema.optional(Int(`Longest wait for the output that follows (default ${settings.stdinYieldMs}; it returns once output pauses)`, 0)),
-      maxBytes: MaxBytes(settings),
+      id: Id,
+      input: Schema.optionalWith(Schema.String, { default: () => "" }),
+      eof: Schema.optional(Schema.Boolean),
+      yieldMs: Schema.optional(Int(0)),
+      maxBytes: MaxBytes,
       computer_id: OnComputer
     }),
     output: Schema.Struct({
@@ -167,15 +153,15 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "stdout",
-    description: "View a process's output: its last `lines` lines (default 100), or what came since the cursors of an " +
-      "earlier result (stdoutCursor/stderrCursor = its `next`). A TTY process: the rendered screen (and scrollback if asked).",
+    description: "A process's output: the last lines (default 100), or from cursors (an earlier result's next). A " +
+      "terminal: its screen (scrollback=true: and above).",
     input: Schema.Struct({
-      id: Pid,
-      lines: Schema.optional(Int("Last N lines (default 100 when no cursor is given)", 1, 100_000)),
-      stdoutCursor: Schema.optional(Int("Read stdout from this byte offset", 0)),
-      stderrCursor: Schema.optional(Int("Read stderr from this byte offset", 0)),
-      maxBytes: MaxBytes(settings),
-      scrollback: Schema.optional(Flag("TTY: also the lines that scrolled off the screen")),
+      id: Id,
+      lines: Schema.optional(Int(1, 100_000)),
+      stdoutCursor: Schema.optional(Int(0)),
+      stderrCursor: Schema.optional(Int(0)),
+      maxBytes: MaxBytes,
+      scrollback: Schema.optional(Schema.Boolean),
       computer_id: OnComputer
     }),
     output: Schema.Struct({ ...State, ...Output }),
@@ -184,11 +170,10 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "kill",
-    description: "Send a signal to a process and its whole process group (default SIGTERM; also SIGKILL, SIGINT, SIGHUP, … " +
-      "or a number). SIGKILL ends its whole tree, background and setsid children included. Reports how it stands after.",
+    description: "Signal a process group (default SIGTERM; a name or number); SIGKILL ends the whole tree.",
     input: Schema.Struct({
-      id: Pid,
-      signal: Schema.optional(Text("Signal name or number (default SIGTERM)")),
+      id: Id,
+      signal: Schema.optional(Schema.String),
       computer_id: OnComputer
     }),
     output: Schema.Struct({
@@ -202,15 +187,14 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "wait",
-    description: "Wait for a process until it exits (default), its output matches `pattern`, or it is quiet for `quietMs` — " +
-      `bounded by timeoutMs (default 30000; at most ${settings.maxCallMs} without a progress token). Returns the output that ` +
-      "arrived meanwhile. Cancelling the call ends the wait, not the process.",
+    description: "Wait until a process exits, its output matches pattern (RE2) or is quiet for quietMs, at most " +
+      `timeoutMs (default 30000; ${settings.maxCallMs} without progress token); returns the output meanwhile.`,
     input: Schema.Struct({
-      id: Pid,
-      pattern: Schema.optional(Text("Regular expression to look for in the output")),
-      quietMs: Schema.optional(Int("Return once no output came for this long", 1)),
-      timeoutMs: Schema.optional(Int("Longest wait in ms", 0)),
-      maxBytes: MaxBytes(settings),
+      id: Id,
+      pattern: Schema.optional(Schema.String),
+      quietMs: Schema.optional(Int(1)),
+      timeoutMs: Schema.optional(Int(0)),
+      maxBytes: MaxBytes,
       computer_id: OnComputer
     }),
     output: Schema.Struct({
@@ -228,11 +212,11 @@ export const make = (settings: SettingsShape) => [
     name: "sandbox_exec",
     description: execDescription(settings),
     input: Schema.Struct({
-      command: Schema.optional(Text(`Shell command line, run with ${settings.shell} -c`)),
-      args: Schema.optional(described(Schema.Array(Schema.String), "argv to run without a shell (instead of command)")),
-      stdin: Schema.optional(Text("Text piped to the command's stdin, then EOF")),
-      working_directory: Schema.optional(Text("Absolute working directory (default /home/agent)")),
-      timeout: Schema.optional(described(Schema.Number.pipe(Schema.greaterThanOrEqualTo(1)), `Seconds before the command is killed (default ${settings.timeout})`)),
+      command: Schema.optional(Schema.String),
+      args: Schema.optional(Schema.Array(Schema.String)),
+      stdin: Schema.optional(Schema.String),
+      working_directory: Schema.optional(Schema.String),
+      timeout: Schema.optional(Schema.Number.pipe(Schema.greaterThanOrEqualTo(1))),
       env: Schema.optional(Env),
       ...ComputerFields
     }),

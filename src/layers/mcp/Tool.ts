@@ -11,13 +11,28 @@ export interface ToolContext {
   readonly progress: ProgressReporter | undefined
 }
 
+/** MCP's tool annotations; a hint left out means MCP's default (not read-only, destructive, not idempotent, open world). */
 export interface ToolAnnotations {
   readonly title: string
-  readonly readOnlyHint: boolean
-  readonly destructiveHint: boolean
-  readonly idempotentHint: boolean
-  readonly openWorldHint: boolean
+  readonly readOnlyHint?: boolean
+  readonly destructiveHint?: boolean
+  readonly idempotentHint?: boolean
+  readonly openWorldHint?: boolean
 }
+
+/**
+ * A tool's annotations with only the hints that differ from MCP's defaults: tools/list is in every
+ * conversation. (`destructive` means nothing for a read-only tool.) No tool here reaches an open world.
+ */
+export const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): ToolAnnotations => ({
+  title,
+  ...(readOnly ? { readOnlyHint: true } : destructive ? {} : { destructiveHint: false }),
+  ...(idempotent ? { idempotentHint: true } : {}),
+  openWorldHint: false
+})
+
+/** The annotations as tools/list carries them: the title is the tool's own (`title`), said once. */
+export const hints = ({ title: _title, ...hints }: ToolAnnotations): Omit<ToolAnnotations, "title"> => hints
 
 /** A tool: Schema-typed input and output, one service call. */
 export interface Tool<I, O, R> {
