@@ -90,6 +90,12 @@ for (const backend of backends) {
       assert.isTrue(audit.some((entry) => entry.summary.includes("started: echo 39")), asked.text)
     }, 120_000)
 
+    it("item 10: --state-dir is used, and said to be, with no warning that it is ignored", async () => {
+      await exec(server, "true")
+      assert.notMatch(server.stderr(), /--state-dir[^\n]*(ignored|does not apply)/)
+      assert.include(server.stderr(), `state ${server.stateDir}`)
+    }, 60_000)
+
     describe("a mounted project (--mount DIR:/home/agent/app --workdir /home/agent/app)", () => {
       let project: string
       let mounted: Harness
