@@ -27,8 +27,6 @@ const Created = Schema.Struct({
 const Encoding = Schema.Literal("utf8", "base64")
 const Int = Schema.Number.pipe(Schema.int())
 
-const annotations = Tool.annotations
-
 /** The inventory; the recent audit entries only when asked for (they grow with every command an agent runs). */
 const inventory = (session: string, withAudit: boolean) =>
   Effect.flatMap(Computers, (computers) =>
@@ -62,7 +60,7 @@ export const make = () => [
     // An empty object, said plainly (Effect says `{}` as "object or array").
     input: Schema.Struct({}).annotations({ jsonSchema: { type: "object", properties: {} } }),
     output: Inventory,
-    annotations: annotations("Sandbox Computer Dashboard", true, false, true),
+    annotations: Tool.annotations("Sandbox Computer Dashboard", true, false, true),
     // Both keys: the specification's, and the flat one older hosts read.
     meta: { ui: { resourceUri: Dashboard.resourceUri, visibility: ["model", "app"] }, "ui/resourceUri": Dashboard.resourceUri },
     handle: (_input, context) => inventory(context.session, true)
@@ -72,7 +70,7 @@ export const make = () => [
     description: "List computers (in use, and permanent ones); audit=true: their last 20 audit entries.",
     input: Schema.Struct({ audit: Schema.optional(Schema.Boolean) }),
     output: Inventory,
-    annotations: annotations("List computers", true, false, true),
+    annotations: Tool.annotations("List computers", true, false, true),
     handle: (input, context) => inventory(context.session, input.audit === true)
   }),
   Tool.make({
@@ -85,7 +83,7 @@ export const make = () => [
       shared: Schema.optional(Schema.Boolean)
     }),
     output: Created,
-    annotations: annotations("Create a computer", false, false, true),
+    annotations: Tool.annotations("Create a computer", false, false, true),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.create(context.session, input)).pipe(Effect.flatMap(created))
   }),
@@ -94,7 +92,7 @@ export const make = () => [
     description: "Restart a computer, keeping its files; its processes end.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Created,
-    annotations: annotations("Restart a computer", false, true, false),
+    annotations: Tool.annotations("Restart a computer", false, true, false),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.restart(context.session, input.computer_id)).pipe(Effect.flatMap(created))
   }),
@@ -103,7 +101,7 @@ export const make = () => [
     description: "Recreate a computer from its image, erasing its files.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Created,
-    annotations: annotations("Factory-reset a computer", false, true, false),
+    annotations: Tool.annotations("Factory-reset a computer", false, true, false),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.factoryReset(context.session, input.computer_id)).pipe(
         Effect.flatMap(created)
@@ -114,7 +112,7 @@ export const make = () => [
     description: "Delete a computer and everything in it.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Schema.Struct({ ok: Schema.Boolean, computer_id: Schema.String, deleted: Schema.Boolean }),
-    annotations: annotations("Delete a computer", false, true, true),
+    annotations: Tool.annotations("Delete a computer", false, true, true),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.delete(context.session, input.computer_id)).pipe(
         Effect.as({ ok: true, computer_id: input.computer_id, deleted: true })
@@ -139,7 +137,7 @@ export const make = () => [
       content: Schema.String.annotations({ description: "The file's content: utf8 text, or base64 with encoding=base64" }),
       truncated: Schema.Boolean
     }),
-    annotations: annotations("Read a file", true, false, true),
+    annotations: Tool.annotations("Read a file", true, false, true),
     handle: (input, context) => Effect.flatMap(Files, (files) => files.read(context.session, input))
   }),
   Tool.make({
@@ -156,7 +154,7 @@ export const make = () => [
       temporary: Schema.optional(Temporary)
     }),
     output: Schema.Struct({ computer_id: Schema.String, path: Schema.String, bytes: Schema.Number }),
-    annotations: annotations("Write a file", false, true, false),
+    annotations: Tool.annotations("Write a file", false, true, false),
     handle: (input, context) => Effect.flatMap(Files, (files) => files.write(context.session, input))
   })
 ]

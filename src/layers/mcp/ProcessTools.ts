@@ -1,43 +1,43 @@
 /**
  * The process tools: process-mcp's spawn, ps, stdin, stdout and kill (their result fields, with
- * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each decodes its input, calls one
- * Processes method with the calling session, and returns what it answers.
+ * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each takes its input Schema from the
+ * service (`services/ProcessInputs.ts`, every check there) with words for clients, calls one
+ * Processes method with the calling session and the decoded input, and returns what it answers.
  *
  * Every agent reads the input side of tools/list (names, descriptions, input schemas) in every
  * conversation, so it says what a model must know once: a tool's description carries what its
- * fields mean, shared fields (id, computer_id, maxBytes) are explained where they first matter, and a
- * field whose name and type say it has no description (test/layers/mcp/ToolSurface.test.ts keeps the
- * whole under its budget and checks that the facts an agent needs are there). Results describe every
- * field: output schemas are outside that budget.
+ * arguments mean, and an argument whose name and type say it has no description of its own
+ * (test/layers/mcp/ToolSurface.test.ts keeps the whole under its budget and checks that the facts an
+ * agent needs are there). Results describe every field: output schemas are outside that budget.
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
+import type { ProcessError } from "../../domain/Errors.js"
 import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
-import { Processes } from "../../services/Processes.js"
+import { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../../services/ProcessInputs.js"
+import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as Tool from "./Tool.js"
 
 const described = <S extends Schema.Schema<any, any, never>>(schema: S, description: string): S =>
   schema.annotations({ description }) as S
-const Int = (min: number, max?: number) =>
-  max === undefined ? Schema.Number.pipe(Schema.int(), Schema.greaterThanOrEqualTo(min)) : Schema.Number.pipe(Schema.int(), Schema.between(min, max))
 const Text = (description: string) => described(Schema.String, description)
-const Flag = (description: string) => described(Schema.Boolean, description)
 
-// ---- input fields: described where a model needs it, once -----------------------------------------
-const Env = Schema.Record({ key: Schema.String, value: Schema.String })
-/** Where a process starts: computer_id and temporary, described once, in sandbox_exec and spawn. */
-const ComputerFields = {
-  computer_id: Schema.optional(Text("Omit: this session's computer")),
-  temporary: Schema.optional(Flag("false: keep it after this session"))
+/** Where a process starts: said once, on the two tools that start one. */
+const computerText = {
+  computer_id: "Omit: this session's computer",
+  temporary: "false: keep it after this session"
 }
-const Id = Schema.String
-const OnComputer = Schema.optional(Schema.String)
-const MaxBytes = Schema.optional(Int(1))
+const Pid = Text("The process handle that spawn returned (ps lists them)")
+/** A tool's one service call: a Processes method with the calling session (and, for those that wait, its progress). */
+const calling = <I, O>(
+  method: (processes: Processes["Type"]) => (session: string, input: I, progress?: ProgressReporter) => Effect.Effect<O, ProcessError>
+) =>
+(input: I, context: Tool.ToolContext) => Effect.flatMap(Processes, (processes) => method(processes)(context.session, input, context.progress))
 
 // ---- result fields, in one place for every tool --------------------------------------------------
 const State = {
-  pid: Text("The process handle that spawn returned (ps lists them)"),
+  pid: Pid,
   status: described(ProcessStatus, "running, or terminated (see exitCode / signal)"),
   exitCode: Schema.optional(described(Schema.Number, "Exit code, when it exited by itself")),
   signal: Schema.optional(Text("The signal that ended it")),
@@ -68,8 +68,6 @@ const Output = {
 }
 const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
 
-const annotations = Tool.annotations
-
 const execDescription = (settings: SettingsShape) => {
   const base = settings.toolInstructionOverride ??
     `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. Each call is ` +
@@ -89,19 +87,7 @@ export const make = (settings: SettingsShape) => [
       `timeoutMs passes (default ${settings.spawnTimeoutMs}); it runs on, its pid the id for stdin, stdout, wait, kill. ` +
       `background=true returns at once. tty=true: a terminal (vim, a REPL; default ${settings.cols}x${settings.rows}), ` +
       `stdout its screen. Output past maxBytes (default ${settings.inlineBytes}) keeps head and tail.`,
-    input: Schema.Struct({
-      command: Schema.String,
-      cwd: Schema.optional(Schema.String),
-      env: Schema.optional(Env),
-      tty: Schema.optional(Schema.Boolean),
-      background: Schema.optional(Schema.Boolean),
-      timeoutMs: Schema.optional(Int(0)),
-      pattern: Schema.optional(Schema.String),
-      cols: Schema.optional(Int(2, 1000)),
-      rows: Schema.optional(Int(2, 1000)),
-      maxBytes: MaxBytes,
-      ...ComputerFields
-    }),
+    input: Tool.described(SpawnInput, computerText),
     output: Schema.Struct({
       ...State,
       ...Output,
@@ -109,94 +95,64 @@ export const make = (settings: SettingsShape) => [
       match: Schema.optional(Text("What `pattern` matched")),
       note: Note
     }),
-    annotations: annotations("Start a process", false, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.spawn(context.session, input, context.progress))
+    annotations: Tool.annotations("Start a process", false, false, false),
+    handle: calling((processes) => processes.spawn)
   }),
   Tool.make({
     name: "ps",
     description: `List processes: running, and the last ${settings.psFinished} finished (status, limit: more).`,
-    input: Schema.Struct({
-      computer_id: OnComputer,
-      status: Schema.optional(Schema.Literal("running", "terminated", "all")),
-      limit: Schema.optional(Int(1))
-    }),
+    input: ListFilter,
     output: Schema.Struct({
       processes: Schema.Array(ProcessInfo),
       hidden: Schema.optional(described(Schema.Number, "Processes not listed (ask with status or limit)"))
     }),
-    annotations: annotations("List processes", true, false, true),
+    annotations: Tool.annotations("List processes", true, false, true),
     // process-mcp's clients read the text as the list itself.
     text: (result) => result.processes,
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.list(context.session, input))
+    handle: calling((processes) => processes.list)
   }),
   Tool.make({
     name: "stdin",
     description: "Write to a process's stdin; returns what follows once output pauses (at most yieldMs, " +
       `default ${settings.stdinYieldMs}; a terminal: its screen). Escapes: \\n \\r \\t \\e \\\\ \\0 ` +
       "\\xHH (\\x03: Ctrl-C) \\uHHHH. eof=true then closes it (a terminal: Ctrl-D).",
-    input: Schema.Struct({
-      id: Id,
-      input: Schema.optionalWith(Schema.String, { default: () => "" }),
-      eof: Schema.optional(Schema.Boolean),
-      yieldMs: Schema.optional(Int(0)),
-      maxBytes: MaxBytes,
-      computer_id: OnComputer
-    }),
+    input: StdinInput,
     output: Schema.Struct({
       ...State,
       bytes: described(Schema.Number, "Bytes written"),
       eof: Schema.optional(Schema.Literal(true)),
       ...Output
     }),
-    annotations: annotations("Send input", false, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.stdin(context.session, input))
+    annotations: Tool.annotations("Send input", false, false, false),
+    handle: calling((processes) => processes.stdin)
   }),
   Tool.make({
     name: "stdout",
     description: "A process's output: the last lines (default 100), or from cursors (an earlier result's next). A " +
       "terminal: its screen (scrollback=true: and above).",
-    input: Schema.Struct({
-      id: Id,
-      lines: Schema.optional(Int(1, 100_000)),
-      stdoutCursor: Schema.optional(Int(0)),
-      stderrCursor: Schema.optional(Int(0)),
-      maxBytes: MaxBytes,
-      scrollback: Schema.optional(Schema.Boolean),
-      computer_id: OnComputer
-    }),
+    input: ReadInput,
     output: Schema.Struct({ ...State, ...Output }),
-    annotations: annotations("Read output", true, false, true),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.read(context.session, input))
+    annotations: Tool.annotations("Read output", true, false, true),
+    handle: calling((processes) => processes.read)
   }),
   Tool.make({
     name: "kill",
     description: "Signal a process group (default SIGTERM; a name or number); SIGKILL ends the whole tree.",
-    input: Schema.Struct({
-      id: Id,
-      signal: Schema.optional(Schema.String),
-      computer_id: OnComputer
-    }),
+    input: KillInput,
     output: Schema.Struct({
       ...State,
       sent: Text("The signal sent"),
       descendantsKilled: Schema.optional(described(Schema.Number, "Other processes of its tree that ended with it")),
       message: Text("What happened, in words")
     }),
-    annotations: annotations("Signal a process", false, true, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.kill(context.session, input))
+    annotations: Tool.annotations("Signal a process", false, true, false),
+    handle: calling((processes) => processes.kill)
   }),
   Tool.make({
     name: "wait",
     description: "Wait until a process exits, its output matches pattern (RE2) or is quiet for quietMs, at most " +
       `timeoutMs (default 30000; ${settings.maxCallMs} without progress token); returns the output meanwhile.`,
-    input: Schema.Struct({
-      id: Id,
-      pattern: Schema.optional(Schema.String),
-      quietMs: Schema.optional(Int(1)),
-      timeoutMs: Schema.optional(Int(0)),
-      maxBytes: MaxBytes,
-      computer_id: OnComputer
-    }),
+    input: WaitInput,
     output: Schema.Struct({
       ...State,
       outcome: described(Schema.Literal("exited", "matched", "quiet", "timeout"), "Why the wait ended"),
@@ -205,21 +161,13 @@ export const make = (settings: SettingsShape) => [
       ...Output,
       note: Note
     }),
-    annotations: annotations("Wait for a process", true, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.wait(context.session, input, context.progress))
+    annotations: Tool.annotations("Wait for a process", true, false, false),
+    handle: calling((processes) => processes.wait)
   }),
   Tool.make({
     name: "sandbox_exec",
     description: execDescription(settings),
-    input: Schema.Struct({
-      command: Schema.optional(Schema.String),
-      args: Schema.optional(Schema.Array(Schema.String)),
-      stdin: Schema.optional(Schema.String),
-      working_directory: Schema.optional(Schema.String),
-      timeout: Schema.optional(Schema.Number.pipe(Schema.greaterThanOrEqualTo(1))),
-      env: Schema.optional(Env),
-      ...ComputerFields
-    }),
+    input: Tool.described(ExecInput, computerText),
     output: Schema.Struct({
       stdout: Text("stdout (head and tail when long)"),
       stderr: Text("stderr, with kilntainers' notes in [brackets]"),
@@ -237,7 +185,7 @@ export const make = (settings: SettingsShape) => [
       next: Schema.optional(Cursors),
       note: Note
     }),
-    annotations: annotations("Run a command", false, true, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.exec(context.session, input, context.progress))
+    annotations: Tool.annotations("Run a command", false, true, false),
+    handle: calling((processes) => processes.exec)
   })
 ]
