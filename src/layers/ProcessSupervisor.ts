@@ -24,10 +24,16 @@ import { listing } from "./processes/Listing.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
 import * as ProcessTable from "./processes/ProcessTable.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
-import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
+import { callBudget, matchOutput, patternNotSeen, quiet, settle, withProgress } from "./processes/Waiting.js"
 
 /** Why a process the kill tool signalled ended. */
 const killReason = (signal: string) => `killed with ${signal} (kill tool)`
+
+/** A result's `note`: what there is to say of the call, if anything. */
+const notesOf = (notes: ReadonlyArray<string | undefined>) => {
+  const said = notes.filter((note): note is string => note !== undefined)
+  return said.length === 0 ? {} : { note: said.join("; ") }
+}
 
 export const layer = Layer.scoped(
   Processes,
@@ -64,9 +70,11 @@ export const layer = Layer.scoped(
         })
         let match: string | undefined
         let note: string | undefined
+        let budgetMs = 0
         if (!input.background) {
           const budget = callBudget(settings, input.timeoutMs ?? settings.spawnTimeoutMs, progress)
           note = budget.note
+          budgetMs = budget.ms
           const exited = Effect.asVoid(process.exited)
           // Without a pattern, nothing to race: a race forks two fibers, which costs more than `true` takes.
           const done = matcher === undefined
@@ -86,16 +94,18 @@ export const layer = Layer.scoped(
         }
         const info = yield* process.info
         const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: budgetOf(input.maxBytes) })
-        const notes = [
-          note === undefined || info.status !== "running" || match !== undefined ? undefined : note,
-          yield* computer.warning
-        ].filter((n): n is string => n !== undefined)
+        // Still running and no match: the wait ran out (what it was capped at, and a pattern not seen).
+        const unmatched = info.status === "running" && match === undefined
         return {
           ...stateOf(info),
           ...withoutRunning(output),
           ...(yield* news(session, input.computer_id, computer.id)),
           ...(match === undefined ? {} : { match }),
-          ...(notes.length === 0 ? {} : { note: notes.join("; ") })
+          ...notesOf([
+            unmatched ? note : undefined,
+            unmatched && matcher !== undefined && !input.background ? patternNotSeen(process.id, budgetMs, input.tty === true) : undefined,
+            yield* computer.warning
+          ])
         }
       })
 
@@ -222,7 +232,10 @@ export const layer = Layer.scoped(
           ...(outcome.match !== undefined ? { match: outcome.match } : {}),
           waitedMs: now - began,
           ...withoutRunning(output),
-          ...(outcome.reason === "timeout" && budget.note !== undefined ? { note: budget.note } : {})
+          ...notesOf([
+            outcome.reason === "timeout" ? budget.note : undefined,
+            outcome.reason === "timeout" && matcher ? patternNotSeen(process.id, now - began, info.tty) : undefined
+          ])
         }
       })
 

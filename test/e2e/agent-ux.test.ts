@@ -90,6 +90,33 @@ for (const backend of backends) {
       assert.isTrue(audit.some((entry) => entry.summary.includes("started: echo 39")), asked.text)
     }, 120_000)
 
+    describe("item 2: a ready pattern that does not come says why", () => {
+      it("python's http.server is seen ready at once: PYTHONUNBUFFERED=1 is in the environment", async () => {
+        const spawned = await server.call("spawn", { command: "python3 -m http.server 0 --bind 127.0.0.1", pattern: "Serving HTTP", timeoutMs: 20_000 })
+        assert.isFalse(spawned.isError, spawned.text)
+        assert.match(spawned.structured.match, /Serving HTTP/, spawned.text)
+        assert.isUndefined(spawned.structured.note, spawned.text)
+        await server.call("kill", { id: spawned.structured.pid, signal: "SIGKILL" })
+      }, 60_000)
+
+      it("a pattern not seen gets a note naming buffered output and the fix, from spawn and from wait", async () => {
+        const spawned = await server.call("spawn", { command: "printf 'starting\\n'; sleep 30", pattern: "ready", timeoutMs: 500 })
+        assert.isFalse(spawned.isError, spawned.text)
+        assert.strictEqual(spawned.structured.status, "running")
+        assert.isUndefined(spawned.structured.match)
+        assert.match(spawned.structured.note, /^pattern not seen in 500 ms; \S+ runs on\. If it buffers output on a pipe/)
+        assert.include(spawned.structured.note, "python3 -u (PYTHONUNBUFFERED=1 is set), stdbuf -oL, or tty=true")
+        const waited = await server.call("wait", { id: spawned.structured.pid, pattern: "ready", timeoutMs: 300 })
+        assert.strictEqual(waited.structured.outcome, "timeout", waited.text)
+        assert.match(waited.structured.note, /^pattern not seen in \d+ ms; /)
+        // A process that ends is its own answer: no note.
+        const ended = await server.call("spawn", { command: "echo done", pattern: "ready", timeoutMs: 5_000 })
+        assert.strictEqual(ended.structured.status, "terminated", ended.text)
+        assert.isUndefined(ended.structured.note, ended.text)
+        await server.call("kill", { id: spawned.structured.pid, signal: "SIGKILL" })
+      }, 60_000)
+    })
+
     it("item 10: --state-dir is used, and said to be, with no warning that it is ignored", async () => {
       await exec(server, "true")
       assert.notMatch(server.stderr(), /--state-dir[^\n]*(ignored|does not apply)/)
