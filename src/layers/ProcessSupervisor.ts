@@ -18,6 +18,7 @@ import type { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInpu
 import { Processes, type ProgressReporter } from "../services/Processes.js"
 import { Settings } from "../services/Settings.js"
 import * as ComputerNews from "./processes/ComputerNews.js"
+import * as EgressRefusals from "./processes/EgressRefusals.js"
 import * as Exec from "./processes/Exec.js"
 import * as Launch from "./processes/Launch.js"
 import { listing } from "./processes/Listing.js"
@@ -44,10 +45,12 @@ export const layer = Layer.scoped(
     const layerScope = yield* Effect.scope
     const table = yield* ProcessTable.make(settings.maxFinished)
     const news = ComputerNews.make()
+    const auditLog = yield* Effect.serviceOption(AuditLog)
+    const refused = EgressRefusals.make(auditLog)
     const start = Launch.make({
       settings,
       environment: backend.environment,
-      audit: ProcessAudit.make(yield* Effect.serviceOption(AuditLog)),
+      audit: ProcessAudit.make(auditLog),
       table
     })
     const get = table.get
@@ -61,6 +64,7 @@ export const layer = Layer.scoped(
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
         }
         const computer = yield* computers.resolve(session, input)
+        const began = yield* Clock.currentTimeMillis
         const process = yield* start(session, computer, {
           command: input.command,
           argv: [settings.shell, "-c", input.command],
@@ -101,6 +105,7 @@ export const layer = Layer.scoped(
           ...withoutRunning(output),
           ...(yield* news(session, input.computer_id, computer.id)),
           ...(match === undefined ? {} : { match }),
+          ...EgressRefusals.field(yield* refused(computer.id, began)),
           ...notesOf([
             unmatched ? note : undefined,
             unmatched && matcher !== undefined && !input.background ? patternNotSeen(process.id, budgetMs, input.tty === true) : undefined,
@@ -128,8 +133,15 @@ export const layer = Layer.scoped(
           temporary: computer.temporary,
           began
         }, progress, layerScope)
+        const refusals = yield* refused(computer.id, began)
+        const refusedLine = EgressRefusals.stderrLine(refusals)
         const warning = yield* computer.warning
-        return warning === undefined ? result : { ...result, note: result.note === undefined ? warning : `${result.note}; ${warning}` }
+        return {
+          ...result,
+          ...(refusedLine === undefined ? {} : { stderr: Exec.appendLine(result.stderr, refusedLine) }),
+          ...EgressRefusals.field(refusals),
+          ...(warning === undefined ? {} : { note: result.note === undefined ? warning : `${result.note}; ${warning}` })
+        }
       })
 
     const list = (session: string, filter: ListFilter = {}) =>
@@ -170,7 +182,8 @@ export const layer = Layer.scoped(
           budget: budgetOf(input.maxBytes),
           scrollback: input.scrollback
         })
-        return { ...stateOf(info), ...withoutRunning(output) }
+        // What it was refused since it started: a read is how an agent looks back at a process.
+        return { ...stateOf(info), ...withoutRunning(output), ...EgressRefusals.field(yield* refused(info.computer_id, Date.parse(info.createdAt))) }
       })
 
     const kill = (session: string, input: KillInput) =>
@@ -232,6 +245,7 @@ export const layer = Layer.scoped(
           ...(outcome.match !== undefined ? { match: outcome.match } : {}),
           waitedMs: now - began,
           ...withoutRunning(output),
+          ...EgressRefusals.field(yield* refused(info.computer_id, began)),
           ...notesOf([
             outcome.reason === "timeout" ? budget.note : undefined,
             outcome.reason === "timeout" && matcher ? patternNotSeen(process.id, now - began, info.tty) : undefined

@@ -117,6 +117,44 @@ for (const backend of backends) {
       }, 60_000)
     })
 
+    describe("item 8: what the egress allowlist refused reaches the agent", () => {
+      let guarded: Harness
+      beforeAll(async () => {
+        guarded = await startServer([...backend.args, "--allow-host", "allowed.test"])
+      }, 180_000)
+      afterAll(async () => {
+        await guarded?.client.close()
+      })
+
+      it("sandbox_exec names each refused host and port with the rule to add, in its result and its stderr", async () => {
+        const none = await guarded.call("sandbox_exec", { command: "true" })
+        assert.isUndefined(none.structured.egress_refused, none.text)
+        // curl exits 0 on the plain-HTTP 403 body: the command alone says nothing went wrong.
+        const run = await guarded.call("sandbox_exec", {
+          command: "curl -sS https://pypi.org/simple/ >/dev/null 2>&1; curl -s -o /dev/null http://files.pythonhosted.org/x; echo done"
+        })
+        assert.isFalse(run.isError, run.text)
+        assert.strictEqual(run.structured.exit_code, 0)
+        const refused = run.structured.egress_refused as Array<{ host: string; port: number; reason: string }>
+        assert.deepStrictEqual(refused.map((r) => `${r.host}:${r.port}`), ["pypi.org:443", "files.pythonhosted.org:80"], run.text)
+        assert.include(refused[0]!.reason, "start kilntainers with --allow-host pypi.org")
+        assert.include(run.structured.stderr, "[kilntainers: egress refused: pypi.org:443 is not on the egress allowlist")
+      }, 60_000)
+
+      it("spawn, wait and stdout say it too; a later call does not repeat an earlier call's refusals", async () => {
+        const spawned = await guarded.call("spawn", { command: "curl -s -o /dev/null http://example.org/", timeoutMs: 20_000 })
+        assert.strictEqual(spawned.structured.status, "terminated", spawned.text)
+        assert.deepStrictEqual(spawned.structured.egress_refused.map((r: { host: string }) => r.host), ["example.org"])
+        const later = await guarded.call("spawn", { command: "sleep 0.5; curl -s -o /dev/null http://example.net/; exit 0", background: true })
+        assert.isUndefined(later.structured.egress_refused, later.text)
+        const waited = await guarded.call("wait", { id: later.structured.pid, timeoutMs: 20_000 })
+        assert.strictEqual(waited.structured.outcome, "exited", waited.text)
+        assert.deepStrictEqual(waited.structured.egress_refused.map((r: { host: string; port: number }) => `${r.host}:${r.port}`), ["example.net:80"])
+        const read = await guarded.call("stdout", { id: later.structured.pid })
+        assert.deepStrictEqual(read.structured.egress_refused.map((r: { host: string }) => r.host), ["example.net"], read.text)
+      }, 60_000)
+    })
+
     it("item 10: --state-dir is used, and said to be, with no warning that it is ignored", async () => {
       await exec(server, "true")
       assert.notMatch(server.stderr(), /--state-dir[^\n]*(ignored|does not apply)/)

@@ -66,7 +66,11 @@ const Output = {
     "TTY: the terminal (cursor, size, alternate screen of a full-screen app)"
   ))
 }
-const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
+const Note = Schema.optional(Text("Something to know about this call (a capped wait, a pattern not seen)"))
+const Refused = Schema.optional(described(
+  Schema.Array(Schema.Struct({ host: Schema.String, port: Schema.Number, reason: Text("Why, and the --allow-host that would allow it") })),
+  "Network requests of this computer the egress allowlist refused during the call (stdout: since the process started)"
+))
 
 const execDescription = (settings: SettingsShape) => {
   const base = settings.toolInstructionOverride ??
@@ -93,6 +97,7 @@ export const make = (settings: SettingsShape) => [
       ...Output,
       computer_id: Schema.optional(Text("The computer it runs on: the session's default, named once (ps lists every process's computer)")),
       match: Schema.optional(Text("What `pattern` matched")),
+      egress_refused: Refused,
       note: Note
     }),
     annotations: Tool.annotations("Start a process", false, false, false),
@@ -131,7 +136,7 @@ export const make = (settings: SettingsShape) => [
     description: "A process's output: the last lines (default 100), or from cursors (an earlier result's next). A " +
       "terminal: its screen (scrollback=true: and above).",
     input: ReadInput,
-    output: Schema.Struct({ ...State, ...Output }),
+    output: Schema.Struct({ ...State, ...Output, egress_refused: Refused }),
     annotations: Tool.annotations("Read output", true, false, true),
     handle: calling((processes) => processes.read)
   }),
@@ -159,6 +164,7 @@ export const make = (settings: SettingsShape) => [
       match: Schema.optional(Text("What `pattern` matched")),
       waitedMs: described(Schema.Number, "How long it waited"),
       ...Output,
+      egress_refused: Refused,
       note: Note
     }),
     annotations: Tool.annotations("Wait for a process", true, false, false),
@@ -183,6 +189,7 @@ export const make = (settings: SettingsShape) => [
       pid: Schema.optional(Text("Process handle: stdout reads the rest of cut output, wait follows a command still running")),
       running: Schema.optional(Schema.Literal(true)),
       next: Schema.optional(Cursors),
+      egress_refused: Refused,
       note: Note
     }),
     annotations: Tool.annotations("Run a command", false, true, false),
