@@ -91,6 +91,14 @@ const checkBackendNeeds = (resolved: ResolvedFlags, choice: BackendChoice) =>
       case "e2b":
         if (values.e2bApiKey === undefined) return yield* refuse("--backend e2b needs an API key: E2B_API_KEY or --e2b-api-key")
         return
+      case "modal":
+        // As Fly and E2B: refused now, not at the first tool call (the SDK reads only what we pass it).
+        if (values.modalTokenId === undefined || values.modalTokenSecret === undefined) {
+          return yield* refuse(
+            "--backend modal needs a token: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or --modal-token-id and --modal-token-secret ('modal token new' makes one)"
+          )
+        }
+        return
       case "wasm": {
         yield* refuseFuel(values.wasmFuel)
         const path = values.wasmPath

@@ -216,7 +216,8 @@ export const defaultSettings: SettingsShape = {
   env: {},
   engine: "docker",
   dockerHost: undefined,
-  image: "debian:bookworm-slim",
+  // The computer image (images/computer), built on first use when the engine lacks it.
+  image: "kilntainers-computer:bookworm",
   cpu: undefined,
   memory: undefined,
   pidsLimit: 512,

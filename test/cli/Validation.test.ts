@@ -104,6 +104,8 @@ describeIf(built, "a built CLI (npm run build)")("startup checks", () => {
     assert.include(await refusal(["--backend", "fly"]), "--backend fly needs --fly-app (or FLY_APP_NAME)")
     assert.include(await refusal(["--backend", "fly", "--fly-app", "a"]), "--backend fly needs a token")
     assert.include(await refusal(["--backend", "e2b"]), "--backend e2b needs an API key")
+    // Modal as Fly and E2B: at startup, not at the first tool call (issue 23).
+    assert.include(await refusal(["--backend", "modal", "--modal-token-id", "ak-x"]), "--backend modal needs a token: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET")
     assert.include(await refusal(["--backend", "toolset", "--wasm-fuel", "100", "--state-dir", tempDir()]), "--wasm-fuel is not supported")
     assert.include(await refusal(["--backend", "docker", "--docker-run-flag=--privileged"]), "--docker-run-flag --privileged is not allowed")
   })

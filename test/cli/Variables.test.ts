@@ -81,7 +81,7 @@ describeIf(built, "a built CLI (npm run build)")("every flag has its KILNTAINERS
   it("takes an empty variable as not set, except a secret, which is refused", async () => {
     const config = await printConfig([], { KILNTAINERS_TIMEOUT: "", KILNTAINERS_IMAGE: "  " })
     assert.deepStrictEqual(config.flags.timeout, { value: 120, from: "default" })
-    assert.deepStrictEqual(config.flags.image, { value: "debian:bookworm-slim", from: "default" })
+    assert.deepStrictEqual(config.flags.image, { value: "kilntainers-computer:bookworm", from: "default" })
     const blank = await runCli(["--print-config", "--backend", "host"], { env: { KILNTAINERS_AUTH_TOKEN: " \t" } })
     assert.strictEqual(blank.code, 1)
     assert.include(errorLine(blank), "KILNTAINERS_AUTH_TOKEN: must not be empty")

@@ -22,7 +22,7 @@ export const dockerFlags = {
     alsoFrom: ["DOCKER_IMAGE"],
     default: defaultSettings.image,
     backends: ["docker"],
-    help: "Image of new computers"
+    help: "Image of new computers; the default is built once from debian:bookworm-slim"
   }),
   warmPool: Flag.integer("warm-pool", {
     group: "docker backend options",

@@ -11,7 +11,7 @@ export const coreFlags = {
     // process-mcp's PROCESS_MODE (host or docker) works too.
     alsoFrom: ["PROCESS_MODE"],
     default: "auto",
-    shownDefault: "auto: docker if an engine answers, else host",
+    shownDefault: "auto: docker if one answers, else host",
     help: "Where computers run"
   }),
   transport: Flag.choice("transport", ["stdio", "http"], {

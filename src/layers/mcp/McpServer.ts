@@ -114,7 +114,7 @@ const catalogue = (settings: SettingsShape): Catalogue => {
       description: tool.description,
       inputSchema: inputSchemas.get(tool.name)!,
       outputSchema: Tool.jsonSchema(tool.output),
-      annotations: tool.annotations,
+      annotations: Tool.hints(tool.annotations),
       ...(tool.meta ? { _meta: tool.meta } : {})
     }))
   }
