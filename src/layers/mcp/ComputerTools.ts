@@ -81,7 +81,8 @@ export const make = () => [
       temporary: Schema.optionalWith(Temporary, { default: () => true }),
       shared: Schema.optional(Schema.Boolean.annotations({
         description: "Let other MCP sessions use this temporary computer by its id (permanent computers always can)"
-      }))
+      })),
+      from_checkpoint: Schema.optional(Schema.String.annotations({ description: "Make it from this checkpoint (computer_checkpoint)" }))
     }),
     output: Created,
     annotations: Tool.annotations("Create a computer", false, false, true),

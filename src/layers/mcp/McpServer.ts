@@ -29,6 +29,7 @@ import type { Processes, ProgressReporter } from "../../services/Processes.js"
 import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as ArgumentErrors from "../../domain/ArgumentErrors.js"
+import * as CheckpointTools from "./CheckpointTools.js"
 import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
 import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
@@ -120,7 +121,8 @@ const catalogue = (settings: SettingsShape): Catalogue => {
   if (cached !== undefined) return cached
   const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
-    ...ComputerTools.make()
+    ...ComputerTools.make(),
+    ...CheckpointTools.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {

@@ -29,6 +29,7 @@ import type * as Relay from "../agent/Relay.js"
 import type * as MountObjects from "../mounts/MountObjects.js"
 import * as MountTemplates from "../mounts/MountTemplates.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
+import * as DockerCheckpoints from "./DockerCheckpoints.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
@@ -179,7 +180,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       labelStyle: "dotted",
       image: options.image,
       find: containers.find,
-      create: containers.create,
+      create: (metadata) => containers.create(metadata),
       start: containers.start,
       connect: DockerConnection.connect({
         engine,
@@ -194,6 +195,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       restart: containers.restart,
       remove: containers.remove,
       adopt: containers.adopt,
+      checkpoints: DockerCheckpoints.make(engine, containers.create),
       environment: options.egress?.env
     })
     return options.adoptContainer === undefined ? backend : yield* AdoptedContainer.wrap(backend, engine, options.adoptContainer)
