@@ -293,13 +293,14 @@ export const layer = Layer.scoped(
     const release = (session: string) =>
       Effect.gen(function*() {
         sessionDefaults.delete(session)
-        yield* checkpoints.release(session)
         const orphaned: Array<Entry> = []
         for (const entry of entries.values()) {
           const held = yield* entry.actor.release(session)
           if (entry.actor.temporary && !held) orphaned.push(entry)
         }
         yield* Effect.forEach(orphaned, close, { concurrency: "unbounded", discard: true })
+        // After its computers: a checkpoint image still used by a fork can only be untagged.
+        yield* checkpoints.release(session)
       })
 
     return Computers.of({
