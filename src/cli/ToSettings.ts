@@ -144,6 +144,7 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
       stdinYieldMs: values.stdinYieldMs,
       psFinished: values.psFinished,
       warmPool: values.warmPool,
+      maxCheckpoints: values.maxCheckpoints,
       maxFinished: values.maxFinished,
       headBytes: values.headBytes,
       tailBytes: values.tailBytes,

@@ -144,6 +144,8 @@ export interface SettingsShape {
   readonly psFinished: number
   /** Computers prepared ahead and handed out to new temporary computers (0: none). */
   readonly warmPool: number
+  /** Checkpoints one session may hold at once (0: checkpoints off). */
+  readonly maxCheckpoints: number
   /** How many finished processes stay listable. */
   readonly maxFinished: number
   /** Output retention per stream: first headBytes and last tailBytes. */
@@ -206,6 +208,7 @@ export const defaultSettings: SettingsShape = {
   stdinYieldMs: 300,
   psFinished: 5,
   warmPool: 0,
+  maxCheckpoints: 10,
   maxFinished: 100,
   headBytes: 64 * 1024,
   tailBytes: 1024 * 1024,

@@ -20,7 +20,8 @@ export const layer = Layer.succeed(Backend, Backend.of({
     factoryReset: false,
     persistence: false,
     files: false,
-    networkControl: false
+    networkControl: false,
+    checkpoints: false
   },
   labelStyle: "dashed",
   image: "quick",

@@ -93,6 +93,7 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     persistence: true,
     files: false,
     networkControl: false,
+    checkpoints: false,
     ...options.capabilities
   }
 

@@ -32,6 +32,14 @@ export const dockerFlags = {
     backends: ["docker", "host"],
     help: "Computers kept ready for new ones (docker, host)"
   }),
+  maxCheckpoints: Flag.integer("max-checkpoints", {
+    group: "docker backend options",
+    default: defaultSettings.maxCheckpoints,
+    min: 0,
+    max: 1000,
+    more: true,
+    help: "Checkpoints one session may hold at once (docker, host; 0: off)"
+  }),
   cpu: Flag.optionalPositiveNumber("cpu", {
     group: "docker backend options",
     backends: ["docker", "host"],

@@ -76,11 +76,12 @@ export const make = () => [
   Tool.make({
     name: "computer_create",
     description: "Create a computer, or attach to one by computer_id. temporary=false keeps it past this session; " +
-      "shared=true lets other sessions use it.",
+      "shared=true lets other sessions use it; from_checkpoint makes it from a computer_checkpoint.",
     input: Schema.Struct({
       computer_id: Schema.optional(ComputerId),
       temporary: Schema.optionalWith(Temporary, { default: () => true }),
-      shared: Schema.optional(Schema.Boolean)
+      shared: Schema.optional(Schema.Boolean),
+      from_checkpoint: Schema.optional(Schema.String)
     }),
     output: Created,
     annotations: Tool.annotations("Create a computer", false, false, true),

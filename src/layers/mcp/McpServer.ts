@@ -26,6 +26,7 @@ import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import { Computers } from "../../services/Computers.js"
 import type { SettingsShape } from "../../services/Settings.js"
+import * as CheckpointTools from "./CheckpointTools.js"
 import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
 import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
@@ -102,7 +103,8 @@ const catalogue = (settings: SettingsShape): Catalogue => {
   if (cached !== undefined) return cached
   const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
-    ...ComputerTools.make()
+    ...ComputerTools.make(),
+    ...CheckpointTools.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {

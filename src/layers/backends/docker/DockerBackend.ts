@@ -31,6 +31,7 @@ import * as MountTemplates from "../mounts/MountTemplates.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
 import * as ComputerImage from "./ComputerImage.js"
 import { COMPUTER_IMAGE, DEFAULT_BASE, recipeDirectory } from "./ComputerRecipe.js"
+import * as DockerCheckpoints from "./DockerCheckpoints.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
@@ -195,7 +196,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       image: options.image,
       find: containers.find,
       create: computerImage === undefined
-        ? containers.create
+        ? (metadata) => containers.create(metadata)
         : (metadata) =>
           metadata.image === COMPUTER_IMAGE ? Effect.zipRight(computerImage.ready, containers.create(metadata)) : containers.create(metadata),
       start: containers.start,
@@ -212,6 +213,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       restart: containers.restart,
       remove: containers.remove,
       adopt: containers.adopt,
+      checkpoints: DockerCheckpoints.make(engine, containers.create),
       environment: options.egress?.env
     })
     return options.adoptContainer === undefined ? backend : yield* AdoptedContainer.wrap(backend, engine, options.adoptContainer)

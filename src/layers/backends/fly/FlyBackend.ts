@@ -87,7 +87,7 @@ export const DEFAULT_TUNING: FlyTuning = {
 }
 
 /** The capabilities of the Fly backend (see the modules for how each one works). */
-export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false })
+export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false, checkpoints: false })
 
 /** A reason why the settings cannot work, or undefined. */
 export const invalidOptions = (options: FlyBackendOptions): string | undefined => {

@@ -220,5 +220,8 @@ export const make = (options: WorkspacesOptions) => {
       ({ record }) => letGo(record.key)
     )
 
-  return { find, create, start, remove, adopt, claim }
+  /** The workspace of a computer that is still ours. */
+  const homeOf = (instance: Instance) => Effect.map(locate(instance), ({ dir }) => join(dir, "home"))
+
+  return { find, create, start, remove, adopt, claim, homeOf }
 }
