@@ -76,7 +76,7 @@ export const make = () => [
   Tool.make({
     name: "computer_create",
     description: "Create a computer, or attach to one by computer_id. temporary=false keeps it past this session; " +
-      "shared=true lets other sessions use it; from_checkpoint makes it from a computer_checkpoint.",
+      "shared=true lets other sessions use it.",
     input: Schema.Struct({
       computer_id: Schema.optional(ComputerId),
       temporary: Schema.optionalWith(Temporary, { default: () => true }),

@@ -89,7 +89,7 @@ export const make = (settings: SettingsShape) => [
     name: "spawn",
     description: `Start a command (${settings.shell} -c). Returns when it exits, its output matches pattern (RE2) or ` +
       `timeoutMs passes (default ${settings.spawnTimeoutMs}); it runs on, its pid the id for stdin, stdout, wait, kill. ` +
-      `background=true returns at once. tty=true: a terminal (vim, a REPL; default ${settings.cols}x${settings.rows}), ` +
+      `background=true returns at once. tty=true: a terminal (vim, a REPL), ` +
       `stdout its screen. Output past maxBytes (default ${settings.inlineBytes}) keeps head and tail.`,
     input: Tool.described(SpawnInput, computerText),
     output: Schema.Struct({
