@@ -76,6 +76,10 @@ export class FakeKubeExec {
   }
 
   private async run(ws: WebSocket, protocol: string, argv: ReadonlyArray<string>, tty: boolean, wantsStdin: boolean, target: ExecTarget) {
+    // What the client sends while the command starts is kept for it, as the kubelet's stream does.
+    const early: Array<Buffer> = []
+    const keep = (message: Buffer) => void early.push(Buffer.from(message))
+    ws.on("message", keep)
     let exec: PodExec
     try {
       exec = await target.start(argv, tty)
@@ -101,8 +105,7 @@ export class FakeKubeExec {
     if (!tty) ws.send(frame(STDERR, ""))
     exec.onStdout(send(STDOUT))
     exec.onStderr(send(tty ? STDOUT : STDERR))
-    ws.on("message", (message: Buffer, isBinary: boolean) => {
-      const data = isBinary ? message : Buffer.from(message)
+    const take = (data: Buffer) => {
       if (data.length === 0) return
       const channel = data[0]!
       const payload = data.subarray(1)
@@ -115,7 +118,10 @@ export class FakeKubeExec {
           // a bad resize is ignored, as the kubelet does
         }
       } else if (channel === CLOSE && protocol.startsWith("v5.") && payload[0] === STDIN) exec.closeStdin()
-    })
+    }
+    ws.off("message", keep)
+    for (const data of early.splice(0)) take(data)
+    ws.on("message", (message: Buffer) => take(Buffer.from(message)))
     ws.on("close", () => exec.kill())
     const code = await exec.exited
     if (ws.readyState === ws.OPEN) {

@@ -62,7 +62,7 @@ export const dockerRuntime = (fakeId: string, options: { readonly network?: "non
         Hostname: String(pod["metadata"]["name"]).slice(0, 63),
         WorkingDir: main["workingDir"] ?? "",
         Labels: { [FAKE_LABEL]: fakeId, "kilntainers-test-kube-pod": `${namespace}/${pod["metadata"]["name"]}` },
-        HostConfig: { NetworkMode: options.network ?? "none", Init: true, AutoRemove: false }
+        HostConfig: { NetworkMode: options.network ?? "none", AutoRemove: false }
       })
       made.add(container.id)
       await container.start()
