@@ -137,6 +137,8 @@ export class FakeKubeApi {
   readonly exec = new FakeKubeExec()
   /** Every request (method, path, status), for tests. */
   readonly requests: Array<{ readonly method: string; readonly path: string; readonly status: number }> = []
+  /** API groups this cluster does not serve (a cluster without agent-sandbox installed). */
+  readonly hidden = new Set<string>()
   private readonly server: Server
   private readonly watches = new Set<ServerResponse>()
   url = ""
@@ -207,7 +209,7 @@ export class FakeKubeApi {
   }
 
   private discovery(pathname: string): unknown | undefined {
-    const groups = [...new Set(RESOURCES.filter((t) => t.group !== "").map((t) => `${t.group}/${t.version}`))]
+    const groups = [...new Set(RESOURCES.filter((t) => t.group !== "" && !this.hidden.has(t.group)).map((t) => `${t.group}/${t.version}`))]
     if (pathname === "/version") return { major: "1", minor: "32", gitVersion: "v1.32.0-kilntainers-fake", platform: "linux/amd64" }
     if (pathname === "/api") return { kind: "APIVersions", versions: ["v1"], serverAddressByClientCIDRs: [{ clientCIDR: "0.0.0.0/0", serverAddress: this.url.slice("https://".length) }] }
     if (pathname === "/apis") {
@@ -223,7 +225,7 @@ export class FakeKubeApi {
     const match = /^\/(?:api\/(v1)|apis\/([^/]+)\/([^/]+))$/.exec(pathname)
     if (match === null) return undefined
     const [group, version] = match[1] !== undefined ? ["", "v1"] : [match[2]!, match[3]!]
-    const types = RESOURCES.filter((t) => t.group === group && t.version === version)
+    const types = RESOURCES.filter((t) => t.group === group && t.version === version && !this.hidden.has(t.group))
     if (types.length === 0) return undefined
     return {
       kind: "APIResourceList",
@@ -248,7 +250,7 @@ export class FakeKubeApi {
     const found = this.discovery(url.pathname)
     if (found !== undefined) return this.answer(req, res, 200, found)
     const target = route(url.pathname)
-    if (target === undefined) throw new KubeFailure(404, "NotFound", "the server could not find the requested resource")
+    if (target === undefined || this.hidden.has(target.type.group)) throw new KubeFailure(404, "NotFound", "the server could not find the requested resource")
     const { type, namespace, name, subresource } = target
     const params = url.searchParams
     if (subresource !== undefined && subresource !== "status") throw new KubeFailure(400, "BadRequest", `${subresource} needs a WebSocket upgrade`)

@@ -210,6 +210,8 @@ export class FakeSandboxController {
     const labels = { ...chosen["metadata"]["labels"], [CLAIM_UID_LABEL]: claim["metadata"]["uid"] }
     delete labels[WARM_POOL_LABEL]
     delete labels[TEMPLATE_HASH_LABEL]
+    // The pool has one fewer: it makes another.
+    this.reconcile("pool", namespace, controllerOf(chosen).name)
     return this.store.update(SANDBOXES, namespace, sandboxName, {
       ...chosen,
       metadata: {
