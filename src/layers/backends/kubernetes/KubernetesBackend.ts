@@ -115,7 +115,10 @@ export const make = (options: KubernetesBackendOptions) =>
     if (options.runtimeClass !== undefined) {
       yield* api.call({ method: "GET", path: `/apis/node.k8s.io/v1/runtimeclasses/${encodeURIComponent(options.runtimeClass)}`, operation: `read RuntimeClass ${options.runtimeClass}` }).pipe(
         Effect.catchIf((error) => error.reason === "NotFound", () =>
-          Effect.fail(new Unsupported({ backend: BACKEND, feature: `--k8s-runtime-class ${options.runtimeClass}: the cluster has no such RuntimeClass` })))
+          Effect.fail(new Unsupported({ backend: BACKEND, feature: `--k8s-runtime-class ${options.runtimeClass}: the cluster has no such RuntimeClass` }))),
+        // RuntimeClasses are cluster-wide: a server with its namespace's rights only (deploy/kubernetes) cannot read them.
+        Effect.catchIf((error) => error._tag === "ProviderError" && error.reason === "Denied", () =>
+          Effect.logInfo(`kubernetes backend: cannot read RuntimeClass ${options.runtimeClass} (no rights outside the namespace); pods that name a missing one will not start`))
       )
     }
     const template = options.template ?? Objects.OWN_NAME
