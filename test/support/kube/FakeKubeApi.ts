@@ -308,7 +308,10 @@ export class FakeKubeApi {
     this.requests.push({ method: "GET", path: `${(req.url ?? "").split("?")[0]} (watch)`, status: 200 })
     res.writeHead(200, { "content-type": "application/json", "transfer-encoding": "chunked" })
     this.watches.add(res)
-    const write = (event: WatchEvent) => void res.write(`${JSON.stringify({ type: event.type, object: event.object })}\n`)
+    // An event after the watch's timeout ended the answer (or the client left) is not written.
+    const write = (event: WatchEvent) => {
+      if (!res.writableEnded && !res.destroyed) res.write(`${JSON.stringify({ type: event.type, object: event.object })}\n`)
+    }
     for (const event of backlog) write(event)
     const unsubscribe = this.store.subscribe((event) => matches(event) && write(event))
     const seconds = Number(params.get("timeoutSeconds") ?? "0")

@@ -13,7 +13,7 @@ import type * as https from "node:https"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import { Agent as HttpAgent, type IncomingMessage, request as httpRequest } from "node:http"
+import { Agent as HttpAgent, type ClientRequest, type IncomingMessage, request as httpRequest } from "node:http"
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { fromStatus, kubeError } from "./KubeError.js"
@@ -108,24 +108,36 @@ export const make = (options: KubeApiOptions) =>
       return target
     }
 
-    /** Sends the request; `answer` gets the response (status, headers) and reads its body itself. */
+    /**
+     * Sends the request; `answer` gets the response (status, headers) and reads its body itself.
+     * A kept-alive socket the server closed while idle fails the request before any answer
+     * (ECONNRESET on a reused socket); that request is sent once more on a fresh socket.
+     */
     const send = <A>(spec: RequestSpec, answer: (status: number, response: IncomingMessage, resume: (result: Effect.Effect<A, ProviderError>) => void) => void) =>
       Effect.flatMap(credentials, (auth) =>
         Effect.async<A, ProviderError>((resume) => {
           const body = spec.body === undefined ? undefined : Buffer.from(JSON.stringify(spec.body))
-          const request = (secure ? httpsRequest : httpRequest)(url(spec), {
-            method: spec.method,
-            agent,
-            headers: {
-              ...auth.headers,
-              accept: "application/json",
-              ...(body === undefined ? {} : { "content-type": spec.contentType ?? "application/json", "content-length": String(body.length) })
-            }
-          }, (response) => answer(response.statusCode ?? 0, response, resume))
-          request.on("error", (error) => resume(Effect.fail(kubeError(spec.operation, "Unavailable", `cannot reach the cluster at ${server.origin}: ${error.message}`, error))))
-          if (body !== undefined) request.write(body)
-          request.end()
-          return Effect.sync(() => request.destroy())
+          let current: ClientRequest | undefined
+          const attempt = (retried: boolean) => {
+            const request = (secure ? httpsRequest : httpRequest)(url(spec), {
+              method: spec.method,
+              agent,
+              headers: {
+                ...auth.headers,
+                accept: "application/json",
+                ...(body === undefined ? {} : { "content-type": spec.contentType ?? "application/json", "content-length": String(body.length) })
+              }
+            }, (response) => answer(response.statusCode ?? 0, response, resume))
+            current = request
+            request.on("error", (error: NodeJS.ErrnoException) => {
+              if (!retried && request.reusedSocket && error.code === "ECONNRESET") return attempt(true)
+              resume(Effect.fail(kubeError(spec.operation, "Unavailable", `cannot reach the cluster at ${server.origin}: ${error.message}`, error)))
+            })
+            if (body !== undefined) request.write(body)
+            request.end()
+          }
+          attempt(false)
+          return Effect.sync(() => current?.destroy())
         }))
 
     /** One JSON request, answered whole. */
