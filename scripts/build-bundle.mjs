@@ -13,7 +13,18 @@ import { fileURLToPath } from "node:url"
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const { dependencies } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"))
 /** Bundled: what every start needs. Everything else a dependency is stays external. */
-const bundled = new Set(["effect", "@effect/platform", "@effect/platform-node", "@modelcontextprotocol/sdk", "zod", "re2js"])
+const bundled = new Set([
+  "effect",
+  "@effect/platform",
+  "@effect/platform-node",
+  "@effect/cli",
+  "@effect/printer",
+  "@effect/printer-ansi",
+  "@effect/typeclass",
+  "@modelcontextprotocol/sdk",
+  "zod",
+  "re2js"
+])
 const external = Object.keys(dependencies).filter((name) => !bundled.has(name)).flatMap((name) => [name, `${name}/*`])
 const outdir = join(root, "dist", "bin")
 // The SDK's Server imports its Ajv validator eagerly (~190 KB of Ajv, its formats and fast-uri, and
@@ -30,6 +41,20 @@ const sdkAjvStandIn = {
     build.onLoad({ filter: /.*/, namespace: "sdk-ajv-stand-in" }, () => ({
       contents: "export class AjvJsonSchemaValidator { constructor() { throw new Error(" +
         "'kilntainers bundle: pass jsonSchemaValidator (LazyJsonSchemaValidator) to the MCP Server') } }",
+      loader: "js"
+    }))
+  }
+}
+// @effect/cli imports YAML, TOML and INI parsers for its file options (Options.fileParse), which the
+// kilntainers command does not have: ~300 KB a start would parse for nothing. They become stand-ins
+// that refuse to be used.
+const configFileParsers = {
+  name: "config-file-parsers-stand-in",
+  setup(build) {
+    build.onResolve({ filter: /^(yaml|toml|ini)$/ }, (args) =>
+      args.importer.includes(join("@effect", "cli")) ? { path: args.path, namespace: "config-file-parsers-stand-in" } : undefined)
+    build.onLoad({ filter: /.*/, namespace: "config-file-parsers-stand-in" }, (args) => ({
+      contents: `export const parse = () => { throw new Error("kilntainers bundle: no ${args.path} files are read") }`,
       loader: "js"
     }))
   }
@@ -51,7 +76,7 @@ const result = await build({
   // CommonJS dependencies bundled into ESM (ajv) call require().
   banner: { js: "import { createRequire as __ktCreateRequire } from 'node:module'; const require = __ktCreateRequire(import.meta.url);" },
   metafile: true,
-  plugins: [sdkAjvStandIn],
+  plugins: [sdkAjvStandIn, configFileParsers],
   logLevel: "warning"
 })
 const bytes = Object.values(result.metafile.outputs).reduce((sum, output) => sum + output.bytes, 0)

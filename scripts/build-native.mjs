@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The native helpers (native/kt-agent.c with native/kt-agent/*.c, and native/kt-sandbox.c, the host
+// The native helpers (native/kt-agent.c with native/kt-agent/*.c, and native/kt-sandbox.c with native/kt-sandbox/*.c, the host
 // sandbox's launcher) for this machine.
 //
 // When prebuilt/ (scripts/build-prebuilt.mjs; shipped in the npm package) holds them for this

@@ -22,12 +22,11 @@ export const OPTIMISE = ["-O2"]
 
 /** The helper programs and their sources, relative to native/ (sorted: the link order is fixed). */
 export const programs = () => {
-  const agentDir = join(nativeDir, "kt-agent")
-  const inAgentDir = (suffix) =>
-    readdirSync(agentDir).filter((file) => file.endsWith(suffix)).sort().map((file) => `kt-agent/${file}`)
+  const inDir = (dir, suffix) =>
+    readdirSync(join(nativeDir, dir)).filter((file) => file.endsWith(suffix)).sort().map((file) => `${dir}/${file}`)
   return [
-    { name: "kt-agent", sources: ["kt-agent.c", ...inAgentDir(".c")], headers: inAgentDir(".h") },
-    { name: "kt-sandbox", sources: ["kt-sandbox.c"], headers: [] }
+    { name: "kt-agent", sources: ["kt-agent.c", ...inDir("kt-agent", ".c")], headers: inDir("kt-agent", ".h") },
+    { name: "kt-sandbox", sources: ["kt-sandbox.c", ...inDir("kt-sandbox", ".c")], headers: inDir("kt-sandbox", ".h") }
   ]
 }
 

@@ -4,17 +4,30 @@
 # node dist/bin/kilntainers.mjs). Their files are never copied into this repository: they are read
 # from a local clone or mirror of flujo-app/mcp-sandbox-computer-vm-for-ai into a temp dir.
 #
-#   scripts/seed-suites.sh [REPO] [REV...]
+#   scripts/seed-suites.sh [--backend host|docker|podman] [REPO] [REV...]
+#     --backend  where the servers their tests start run their computers (default host): the
+#                stand-in's `python -m kilntainers` sets KILNTAINERS_BACKEND (and, for podman,
+#                KILNTAINERS_ENGINE=podman) from KILNTAINERS_SEED_BACKEND/_ENGINE, which the tests
+#                pass on; build_parser() keeps answering with the command line's own defaults
 #     REPO  a clone or bare git directory (default: $KILNTAINERS_SEED_REPO)
 #     REV   revisions to test (default: HEAD, the fork, and 79e26f5, the last upstream
 #           Kiln-AI/Kilntainers commit in the fork's history)
 # Needs: npm run build, python3 with pytest and pytest-asyncio (Debian: python3-pytest,
-# python3-pytest-asyncio), a Docker engine for test_e2e_mcp.py (skipped without one).
+# python3-pytest-asyncio), a Docker engine for test_e2e_mcp.py (skipped without one; it only
+# asks whether one answers, whatever the backend), and for docker/podman the image
+# (KILNTAINERS_IMAGE, default debian:bookworm-slim) on that engine.
 # Environment: KILNTAINERS_BIN (another built CLI), PYTHON (default /usr/bin/python3).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+backend=host
+if [ "${1:-}" = "--backend" ]; then backend="${2:-}"; shift 2 || true; fi
+case "$backend" in
+  host | docker) export KILNTAINERS_SEED_BACKEND="$backend" ;;
+  podman) export KILNTAINERS_SEED_BACKEND=docker KILNTAINERS_SEED_ENGINE=podman ;;
+  *) echo "--backend must be host, docker or podman (got '$backend')" >&2; exit 2 ;;
+esac
 repo="${1:-${KILNTAINERS_SEED_REPO:-}}"
-[ -n "$repo" ] || { echo "usage: $0 REPO [REV...] (or set KILNTAINERS_SEED_REPO)" >&2; exit 2; }
+[ -n "$repo" ] || { echo "usage: $0 [--backend host|docker|podman] REPO [REV...] (or set KILNTAINERS_SEED_REPO)" >&2; exit 2; }
 shift || true
 revs=("$@")
 [ ${#revs[@]} -gt 0 ] || revs=(HEAD 79e26f5)
@@ -34,18 +47,18 @@ for rev in "${revs[@]}"; do
   mkdir -p "$dir"
   cp "$root/test/compat/pytest.ini" "$dir/"
   for file in "${files[@]}"; do git -C "$repo" show "$rev:$file" >"$dir/$(basename "$file")"; done
-  echo "== $(git -C "$repo" rev-parse --short "$rev") ($rev)"
+  echo "== $(git -C "$repo" rev-parse --short "$rev") ($rev) on the $backend backend"
   set +e
   (cd "$dir" && PYTHONPATH="$root/test/compat" PATH="$root/test/compat/bin:$PATH" KILNTAINERS_BIN="$bin" \
     "$python" -m pytest -p no:cacheprovider -q -rfEs --junitxml="$dir/report.xml" ./*.py)
   set -e
-  "$python" - "$dir/report.xml" "$rev" <<'EOF' || status=1
+  "$python" - "$dir/report.xml" "$rev" "$backend" <<'EOF' || status=1
 import sys, xml.etree.ElementTree as ET
 suite = ET.parse(sys.argv[1]).getroot()
 suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
 total, failed, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
 passed = total - failed - errors - skipped
-print(f"seed suites at {sys.argv[2]}: {passed} of {total} passed ({failed} failed, {errors} errors, {skipped} skipped)")
+print(f"seed suites at {sys.argv[2]} on {sys.argv[3]}: {passed} of {total} passed ({failed} failed, {errors} errors, {skipped} skipped)")
 sys.exit(0 if passed == total else 1)
 EOF
 done

@@ -75,6 +75,20 @@ int opt_drop_caps = 1, opt_seccomp = 1, opt_no_setid = 0;
 #ifndef TIOCLINUX
 #define TIOCLINUX 0x541C
 #endif
+#ifndef __NR_io_uring_setup
+#define __NR_io_uring_setup 425
+#endif
+#ifndef __NR_io_uring_enter
+#define __NR_io_uring_enter 426
+#endif
+#ifndef __NR_io_uring_register
+#define __NR_io_uring_register 427
+#endif
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+/* /dev/userfaultfd's ioctl that makes a userfaultfd: _IO(0xAA, 0x00). */
+#define KT_USERFAULTFD_IOC_NEW 0xAA00
 
 /* Denied with EPERM whatever their arguments. */
 static const int denied[] = {
@@ -92,12 +106,37 @@ static const int denied[] = {
 static struct sock_filter filter[256];
 static unsigned short filter_len;
 
-static void emit(struct sock_filter insn) { filter[filter_len++] = insn; }
+static void emit(struct sock_filter insn) {
+  if (filter_len >= sizeof filter / sizeof filter[0]) die("the seccomp filter outgrew its buffer");
+  filter[filter_len++] = insn;
+}
 #define STMT(code, k) emit((struct sock_filter)BPF_STMT(code, k))
 #define JUMP(code, k, jt, jf) emit((struct sock_filter)BPF_JUMP(code, k, jt, jf))
 #define RET_ERRNO(e) STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((e) & SECCOMP_RET_DATA))
 /* The low 32 bits of an argument (little-endian): flags and ioctl requests live there. */
 #define ARG_LO(n) (offsetof(struct seccomp_data, args) + 8 * (n))
+
+/* Expects the syscall number in A and leaves it there: see the filter's description. */
+static void kernel_interfaces(void) {
+  JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 4);
+  STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(0));
+  JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_VSOCK, 0, 1);
+  RET_ERRNO(EAFNOSUPPORT);
+  STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  const int rings[] = { __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register };
+  for (int i = 0; i < 3; i++) {
+    JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)rings[i], 0, 1);
+    RET_ERRNO(ENOSYS);
+  }
+  JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_userfaultfd, 0, 1);
+  RET_ERRNO(EPERM);
+  /* ioctl: A becomes its request while it is compared, then the syscall number again. */
+  JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 4);
+  STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(1));
+  JUMP(BPF_JMP | BPF_JEQ | BPF_K, KT_USERFAULTFD_IOC_NEW, 0, 1);
+  RET_ERRNO(EPERM);
+  STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+}
 
 /*
  * The filter:
@@ -106,6 +145,12 @@ static void emit(struct sock_filter insn) { filter[filter_len++] = insn; }
  *     reboot, swap, acct, raw port I/O);
  *   - unshare and clone with CLONE_NEWUSER: EPERM (no new user namespace, hence no capabilities in
  *     one); clone3: ENOSYS, whose flags live in memory BPF cannot read, so libc falls back to clone;
+ *   - kernel interfaces Docker's default profile refuses too (`kernel_interfaces`): AF_VSOCK sockets
+ *     (EAFNOSUPPORT: vsock is not network-namespaced, it reaches the hypervisor and its other
+ *     guests), io_uring (ENOSYS, as on a kernel without it: programs fall back to plain syscalls,
+ *     and its rings do work no seccomp filter sees), userfaultfd and /dev/userfaultfd's
+ *     USERFAULTFD_IOC_NEW (EPERM: a page-fault handler in user space holds kernel threads for as
+ *     long as it likes, a building block of kernel exploits);
  *   - ioctl TIOCSTI and TIOCLINUX: EPERM (no typing into a terminal's input).
  *   - with --no-setid-files (a host computer with the user's own directories mounted, idmapped so
  *     that its files belong on disk to their owner, possibly root): a mode with the setuid or setgid
@@ -132,6 +177,7 @@ static void build_filter(void) {
   }
   JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1);
   RET_ERRNO(ENOSYS);
+  kernel_interfaces();
   /* clone and unshare both take their flags first (x86_64 and aarch64). */
   const int flagged[] = { __NR_clone, __NR_unshare };
   for (int i = 0; i < 2; i++) {

@@ -107,6 +107,7 @@ export const make = (options: {
             headBytes: request.headBytes,
             tailBytes: request.tailBytes,
             mailboxCapacity: request.mailboxCapacity,
+            outputLimit: request.outputLimit,
             onExit: request.onExit
           })
           live.set(request.id, actor)

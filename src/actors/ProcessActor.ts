@@ -9,7 +9,7 @@ import * as Queue from "effect/Queue"
 import { MailboxFull, ProcessExited, StdinClosed } from "../domain/Errors.js"
 import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice } from "../domain/Process.js"
 import { type BackendProcess, type ExitInfo, forEachEventChunk, type ProcessEvent } from "../services/Backend.js"
-import type { LiveOutput, ProcessCommandError, ProcessHandle } from "../services/Processes.js"
+import type { LiveOutput, OutputLimit, ProcessCommandError, ProcessHandle } from "../services/Processes.js"
 import { OutputLog, type OutputSlice } from "./OutputLog.js"
 import { TerminalScreen } from "./TerminalScreen.js"
 
@@ -22,6 +22,8 @@ export interface ProcessActorOptions {
   readonly headBytes: number
   readonly tailBytes: number
   readonly mailboxCapacity: number
+  /** Past this many bytes of stdout and stderr together, the process (its whole tree) is killed. */
+  readonly outputLimit?: OutputLimit | undefined
   /** Called once, when the process has exited and its exit is recorded. */
   readonly onExit: (actor: ProcessActor) => Effect.Effect<void>
 }
@@ -118,6 +120,7 @@ export const make = (
     let reason: string | undefined
     let stdinClosed = false
     let lastActivity = startedAt
+    let limitReached = false
 
     const status = (): ProcessStatus => exit === undefined ? "running" : "terminated"
 
@@ -182,6 +185,13 @@ export const make = (
           if (subscribers > 0) pending.push({ _tag: event._tag, data: kept })
         }
         yield* flush
+        // Checked where the bytes arrive: no fiber per process, and the kill follows the chunk that crossed it.
+        const limit = options.outputLimit
+        if (limit !== undefined && !limitReached && exit === undefined && stdout.total + stderr.total > limit.bytes) {
+          limitReached = true
+          reason = limit.reason
+          yield* Effect.ignore(process.signal("SIGKILL"))
+        }
       })
 
     yield* forEachEventChunk(process, onEvents).pipe(

@@ -36,7 +36,7 @@ export type FlagKey = keyof FlagTable
 /** The value of every flag, typed after its declaration. */
 export type FlagValues = { readonly [K in FlagKey]: Flag.ValueOf<FlagTable[K]> }
 
-/** Where a value came from: the command line, a variable (its name) or the default. */
+
 export type Source = { readonly _tag: "CommandLine" } | { readonly _tag: "Variable"; readonly name: string } | {
   readonly _tag: "Default"
 }

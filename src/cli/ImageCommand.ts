@@ -5,16 +5,17 @@
  * build output goes to stderr; the image's tag is the one line on stdout, for scripts
  * (`--image "$(kilntainers image build)"`).
  */
+import * as Command from "@effect/cli/Command"
 import { Console, Effect, Either } from "effect"
 import { existsSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { parseArgv } from "./ArgvParser.js"
-import { ConfigRefused, UsageError } from "./CliError.js"
+import { type Spelling, spellingOf } from "./ArgvPrePass.js"
+import { ConfigRefused } from "./CliError.js"
 import * as Flag from "./Flag.js"
 import { dockerFlags } from "./flags/ContainerFlags.js"
-import * as Help from "./Help.js"
-import { resolveTable } from "./ResolvedFlags.js"
+import type * as Help from "./Help.js"
+import { resolve, tableOptions } from "./ResolvedFlags.js"
 
 /** The computer image's default name. */
 export const COMPUTER_IMAGE = "kilntainers-computer:bookworm"
@@ -43,23 +44,29 @@ export const imageFlags = {
   }))
 }
 
-const flags = Object.values(imageFlags)
+const help: Help.Action & Spelling = {
+  invocation: "-h, --help",
+  help: "Show this help and exit",
+  name: "help",
+  takesValue: false,
+  repeatable: false,
+  negatable: false
+}
 
-const help = (width: number) =>
-  Help.render(flags, {
-    all: true,
-    width,
-    command: {
-      usage: ["usage: kilntainers image build [-h] [--engine ENGINE] [--docker-host URL] [--tag TAG] [--base IMAGE]"],
-      description: "Builds the computer image on the engine: Debian with git, curl, python3 and pip, build-essential, vim, " +
-        "less, procps, jq, unzip, and a non-root user agent (uid 1000, home /home/agent). Use it with " +
-        "--backend docker --image TAG.",
-      actions: [{ names: ["-h", "--help"], help: "Show this help and exit" }],
-      footer: "The engine's build output goes to stderr; the image's name is printed on stdout once it is built. " +
-        "The build downloads Debian packages: the engine needs to reach Debian's mirror. Without a registry, " +
-        "scripts/docker-test-image.sh in a clone makes a Debian base locally: --base kilntainers-test:bookworm."
-    }
-  })
+/** How `kilntainers image build`'s words are written, for the pre-pass. */
+export const spellings: ReadonlyArray<Spelling> = [help, ...Object.values(imageFlags).map(spellingOf)]
+
+export const page: Help.Page = {
+  usage: ["usage: kilntainers image build [-h] [--engine ENGINE] [--docker-host URL] [--tag TAG] [--base IMAGE]"],
+  description: "Builds the computer image on the engine: Debian with git, curl, python3 and pip, build-essential, vim, " +
+    "less, procps, jq, unzip, and a non-root user agent (uid 1000, home /home/agent). Use it with " +
+    "--backend docker --image TAG.",
+  actions: [help],
+  flags: Object.values(imageFlags),
+  footer: "The engine's build output goes to stderr; the image's name is printed on stdout once it is built. " +
+    "The build downloads Debian packages: the engine needs to reach Debian's mirror. Without a registry, " +
+    "scripts/docker-test-image.sh in a clone makes a Debian base locally: --base kilntainers-test:bookworm."
+}
 
 /**
  * The recipe's directory: `images/computer` in the package, found upwards from this module (it runs
@@ -74,20 +81,10 @@ export const recipeDirectory = (from: string = fileURLToPath(import.meta.url)): 
   return undefined
 }
 
-/** Runs `kilntainers image …` (`argv` after `image`); the outcome as Cli.main reports it. */
-export const run = (argv: ReadonlyArray<string>, width: number) =>
+/** `kilntainers image build`. */
+export const build = Command.make("build", { flags: tableOptions(imageFlags) }, (input) =>
   Effect.gen(function*() {
-    const [verb, ...rest] = argv
-    if (verb === undefined || verb === "-h" || verb === "--help") return { exitCode: 0, stdout: help(width) }
-    if (verb !== "build") {
-      return yield* new UsageError({ message: `unknown command: kilntainers image ${verb} (the one there is: kilntainers image build)` })
-    }
-    const parsed = yield* parseArgv(rest, flags)
-    if (parsed.action === "help" || parsed.action === "help-all") return { exitCode: 0, stdout: help(width) }
-    if (parsed.action !== "serve") {
-      return yield* new UsageError({ message: `${rest.find((word) => word.startsWith("--") && !word.includes("="))} does not apply to kilntainers image build` })
-    }
-    const { values } = yield* resolveTable(parsed, imageFlags)
+    const { values } = yield* resolve(imageFlags, input.flags)
     const recipe = recipeDirectory()
     if (recipe === undefined) {
       return yield* new ConfigRefused({ message: "the computer image's recipe (images/computer/Dockerfile) is not in this installation" })
@@ -108,5 +105,8 @@ export const run = (argv: ReadonlyArray<string>, width: number) =>
       onProgress: (line) => Console.error(line)
     })
     yield* Console.error(`kilntainers: built ${built.tag} (${built.id.replace(/^sha256:/, "").slice(0, 12)}, recipe ${built.recipe})`)
-    return { exitCode: 0, stdout: `${built.tag}\n` }
-  })
+    yield* Console.log(built.tag)
+  }))
+
+/** `kilntainers image`: its one verb, `build`. */
+export const image = Command.make("image").pipe(Command.withSubcommands([build]))

@@ -1,13 +1,17 @@
 /**
  * The user's files in computers, checked against this machine before the server starts: mount
- * sources exist (symlinks resolved once, here), no mount covers the kernel's views or the agent's
- * own paths, deny lists make sense with the mounts, and flags that a backend could not honour are
- * refused (never ignored: a computer that sees more than the user allowed fails open).
+ * sources exist (the operator's symlinks resolved once, here, but never one inside a writable
+ * mount, where a computer could have made it), no mount covers the kernel's views, the agent's own
+ * paths, the state directory or the audit log, deny lists make sense with the mounts, and flags
+ * that a backend could not honour are refused (never ignored: a computer that sees more than the
+ * user allowed fails open).
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import { realpathSync, statSync } from "node:fs"
+import { lstatSync, readlinkSync, realpathSync, statSync } from "node:fs"
+import { basename, dirname, join } from "node:path"
 import * as Mounts from "../domain/Mounts.js"
+import { parseRunFlags } from "../layers/backends/docker/DockerRunFlags.js"
 import type { SettingsShape } from "../services/Settings.js"
 import type { BackendChoice } from "./BackendChoice.js"
 import { ConfigRefused } from "./CliError.js"
@@ -28,20 +32,69 @@ const real = (path: string) => {
 }
 
 /**
+ * `path` with the symlinks resolved the way realpath does, except one in a directory within
+ * `guarded` (a writable mount's source, where a computer can make links): there the rest of the path
+ * is left as it is, for the checks to refuse (a mount) and the backend to ignore (a deny rule).
+ */
+export const canonical = (path: string, guarded: ReadonlyArray<string>): string => {
+  let done = "/"
+  let rest = Mounts.clean(path).split("/").filter((part) => part !== "" && part !== ".")
+  for (let links = 0; rest.length > 0;) {
+    const part = rest.shift()!
+    if (part === "..") {
+      done = dirname(done)
+      continue
+    }
+    const next = join(done, part)
+    let link: string | undefined
+    try {
+      link = lstatSync(next).isSymbolicLink() ? readlinkSync(next) : undefined
+    } catch {
+      return join(next, ...rest)
+    }
+    if (link === undefined) {
+      done = next
+      continue
+    }
+    if (guarded.some((base) => Mounts.within(done, base)) || ++links > 40) return join(next, ...rest)
+    if (link.startsWith("/")) done = "/"
+    rest = [...link.split("/").filter((p) => p !== "" && p !== "."), ...rest]
+  }
+  return done
+}
+
+/** The first symlink on `path` (which `canonical` left there), or undefined. */
+const symlinkOn = (path: string): string | undefined => {
+  let at = ""
+  for (const part of path.split("/").filter((p) => p !== "")) {
+    at = `${at}/${part}`
+    try {
+      if (lstatSync(at).isSymbolicLink()) return at
+    } catch {
+      return undefined
+    }
+  }
+  return undefined
+}
+
+/**
  * The policy the flags ask for: --mount, SANDBOX_ALLOW_WRITE (a writable mount at the same path),
- * DOCKER_VOLUME (a named volume at the working directory), the deny lists; host paths resolved.
+ * DOCKER_VOLUME (a named volume at the working directory), the deny lists; host paths canonical.
  */
 export const filesystemPolicy = (values: FlagValues): Mounts.FilesystemPolicy => {
-  const mounts: Array<Mounts.Mount> = []
+  const specs: Array<Mounts.Mount> = []
   for (const text of values.mount) {
     const parsed = Mounts.parseMount(text)
-    if (Either.isRight(parsed)) mounts.push({ ...parsed.right, source: real(parsed.right.source) })
+    if (Either.isRight(parsed)) specs.push(parsed.right)
   }
-  for (const path of values.allowWrite) mounts.push({ source: real(path), target: Mounts.clean(path), readOnly: false })
+  for (const path of values.allowWrite) specs.push({ source: path, target: Mounts.clean(path), readOnly: false })
+  const guarded = specs.filter((mount) => !mount.readOnly).map((mount) => real(mount.source))
+  const resolve = (path: string) => canonical(path, guarded)
+  const mounts: Array<Mounts.Mount> = specs.map((mount) => ({ ...mount, source: resolve(mount.source) }))
   if (values.dockerVolume !== undefined) {
     mounts.push({ source: values.dockerVolume, target: values.workdir ?? HOME, readOnly: false, volume: true })
   }
-  return { mounts, denyRead: values.denyRead.map(real), denyWrite: values.denyWrite.map(real) }
+  return { mounts, denyRead: values.denyRead.map(resolve), denyWrite: values.denyWrite.map(resolve) }
 }
 
 /** Mount targets the agent itself needs, per backend. */
@@ -61,6 +114,9 @@ const kind = (path: string) => {
   }
 }
 
+/** Whether two host paths overlap: one is the other or inside it. */
+const overlap = (a: string, b: string) => Mounts.within(a, b) || Mounts.within(b, a)
+
 const checkMount = (mount: Mounts.Mount, backend: "host" | "docker", stateDir: string) =>
   Effect.gen(function*() {
     const label = `--mount ${mount.source}:${mount.target}`
@@ -72,6 +128,10 @@ const checkMount = (mount: Mounts.Mount, backend: "host" | "docker", stateDir: s
     if (ENGINE_SOCKETS.includes(mount.source)) {
       return yield* refuse(`${label}: the container engine's socket would give computers control of this machine`)
     }
+    const link = symlinkOn(mount.source)
+    if (link !== undefined) {
+      return yield* refuse(`${label}: ${link} is a symbolic link inside a writable mount, where computers can make one; name the path it leads to`)
+    }
     const found = kind(mount.source)
     if (found === "missing") return yield* refuse(`${label}: the host path ${mount.source} does not exist`)
     if (found === "other") return yield* refuse(`${label}: the host path ${mount.source} is neither a directory nor a file`)
@@ -79,8 +139,36 @@ const checkMount = (mount: Mounts.Mount, backend: "host" | "docker", stateDir: s
     const system = ["/proc", "/sys", "/dev"].find((base) => Mounts.within(mount.source, base))
     if (system !== undefined) return yield* refuse(`${label}: ${system} of this machine is not for computers`)
     const state = real(stateDir)
-    if (backend === "host" && (Mounts.within(mount.source, state) || Mounts.within(state, mount.source))) {
-      return yield* refuse(`${label}: it overlaps kilntainers' state directory ${state}, where computers' workspaces and agents live`)
+    if (overlap(mount.source, state)) {
+      return yield* refuse(
+        `${label}: it overlaps kilntainers' state directory ${state}, where computers' workspaces and agents and the egress CA's key live`
+      )
+    }
+  })
+
+/** The host paths of `--docker-run-flag --volume` binds (named volumes are not host paths). */
+const flagBinds = (values: FlagValues): Array<string> => {
+  const parsed = parseRunFlags(values.dockerRunFlag)
+  return Either.isLeft(parsed) ? [] : parsed.right.binds.map((bind) => bind.split(":")[0]!).filter((source) => source.startsWith("/")).map(real)
+}
+
+/** Refuses a state directory or an audit log that a computer could see (through any mount). */
+const checkPrivatePaths = (values: FlagValues, backend: "host" | "docker", settings: SettingsShape, sources: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const all = backend === "docker" ? [...sources, ...flagBinds(values)] : sources
+    const state = real(settings.stateDir)
+    const covering = all.find((source) => overlap(source, state))
+    if (covering !== undefined) {
+      return yield* refuse(`--docker-run-flag --volume ${covering}: it overlaps kilntainers' state directory ${state}, where the egress CA's key lives`)
+    }
+    const audit = values.auditLog
+    if (audit === undefined) return
+    const file = join(real(dirname(audit)), basename(audit))
+    const seen = [...all, join(state, "computers")].find((source) => overlap(source, file))
+    if (seen !== undefined) {
+      return yield* refuse(
+        `--audit-log ${audit}: it is inside ${seen}, which computers see: they could read it or put a link in its place; keep it outside every mount`
+      )
     }
   })
 
@@ -114,6 +202,7 @@ export const mountChecks = (values: FlagValues, choice: BackendChoice, settings:
       if (targets.has(mount.target)) return yield* refuse(`--mount: two mounts at ${mount.target}`)
       targets.add(mount.target)
     }
+    yield* checkPrivatePaths(values, backend, settings, hostPaths.map((mount) => mount.source))
     for (const path of policy.denyRead) {
       const covering = hostPaths.find((mount) => Mounts.within(mount.source, path) && mount.source !== path)
       if (covering !== undefined || hostPaths.some((mount) => mount.source === path)) {

@@ -5,17 +5,12 @@ import * as Logger from "effect/Logger"
 import * as Cli from "./Cli.js"
 
 // Logs go to stderr: in stdio mode stdout carries the MCP protocol and nothing else. Only help,
-// --version and --print-config write stdout, and then no server runs.
+// --version, --completions, --print-config and image build's tag write stdout, and then no server runs.
 const stderrLogger = Logger.replace(Logger.defaultLogger, Logger.prettyLogger({ stderr: true, colors: false }))
 const width = process.stdout.isTTY ? Math.min(process.stdout.columns || 100, 120) : 100
 
 Cli.main(process.argv.slice(2), width).pipe(
-  Effect.tap((outcome) =>
-    Effect.sync(() => {
-      if (outcome.stdout !== undefined) process.stdout.write(outcome.stdout)
-      process.exitCode = outcome.exitCode
-    })
-  ),
+  Effect.tap((exitCode) => Effect.sync(() => (process.exitCode = exitCode))),
   Effect.provide(stderrLogger),
   NodeRuntime.runMain({
     disablePrettyLogger: true,

@@ -143,8 +143,9 @@ export const layer = Layer.scoped(
     const checkTemporary = (actor: ComputerActor.ComputerActor, temporary: boolean | undefined) =>
       temporary !== undefined && temporary !== actor.temporary
         ? new InvalidInput({
-          message: `computer '${actor.id}' already exists as a ${actor.temporary ? "temporary" : "permanent"} computer; ` +
-            `ask for it with temporary=${actor.temporary} or choose another id`
+          // "lifecycle mode cannot be changed": the words Kilntainers' fork says (and its tests look for).
+          message: `computer '${actor.id}' already exists as a ${actor.temporary ? "temporary" : "permanent"} computer ` +
+            `(its lifecycle mode cannot be changed); ask for it with temporary=${actor.temporary} or choose another id`
         })
         : Effect.void
 

@@ -23,6 +23,7 @@ import {
   type ExecInput,
   type KillInput,
   type ListFilter,
+  type OutputLimit,
   type ProcessHandle,
   type ProcessRef,
   Processes,
@@ -122,6 +123,7 @@ export const layer = Layer.scoped(
         readonly env: Readonly<Record<string, string>> | undefined
         readonly tty: { readonly cols: number; readonly rows: number } | undefined
         readonly retainBytes?: number
+        readonly outputLimit?: OutputLimit
       }
     ) =>
       Effect.gen(function*() {
@@ -157,6 +159,7 @@ export const layer = Layer.scoped(
           headBytes: Math.max(settings.headBytes, request.retainBytes ?? 0),
           tailBytes: Math.max(settings.tailBytes, request.retainBytes ?? 0),
           mailboxCapacity: settings.mailboxCapacity,
+          outputLimit: request.outputLimit,
           onExit: (ended) => Effect.zipRight(onExit(ended), audit.ended(ended, session))
         }).pipe(Effect.tapError((error) => audit.failed(audited, error.message)))
         registry.set(id, { process, computer })
@@ -235,7 +238,8 @@ export const layer = Layer.scoped(
           cwd: checked.cwd,
           env: input.env,
           tty: undefined,
-          retainBytes: Math.ceil(settings.outputLimit / 2)
+          retainBytes: Math.ceil(settings.outputLimit / 2),
+          outputLimit: Exec.outputLimit(settings)
         })
         const result = yield* Exec.run(settings, process, checked, {
           computer_id: computer.id,

@@ -11,7 +11,7 @@ import type {
   Unsupported
 } from "../domain/Errors.js"
 import type { ExitInfo, SpawnSpec } from "./Backend.js"
-import type { ProcessHandle } from "./Processes.js"
+import type { OutputLimit, ProcessHandle } from "./Processes.js"
 
 /** What `computer_list` shows of one computer. */
 export const ComputerInfo = Schema.Struct({
@@ -57,9 +57,12 @@ export interface ProcessRequest {
   readonly headBytes: number
   readonly tailBytes: number
   readonly mailboxCapacity: number
+  /** Stop it once its stdout and stderr together pass this (sandbox_exec's --output-limit). */
+  readonly outputLimit?: OutputLimit | undefined
   /** Called once, when the process has exited and its exit is recorded. */
   readonly onExit: (process: ProcessHandle) => Effect.Effect<void>
 }
+
 
 /** The whole result of a short helper command (file transfer), not listed as a process. */
 export interface RunResult {

@@ -14,6 +14,12 @@ export type LiveOutput =
 
 export type ProcessCommandError = ProcessExited | StdinClosed | ProviderError | Unsupported | MailboxFull
 
+/** A bound on a process's output: past `bytes` of stdout and stderr together it is killed, for `reason`. */
+export interface OutputLimit {
+  readonly bytes: number
+  readonly reason: string
+}
+
 /** One process as the services use it (implemented by the kernel's ProcessActor). */
 export interface ProcessHandle {
   readonly id: string
@@ -127,6 +133,8 @@ export interface ExecResult {
   readonly computer_id: string
   readonly temporary: boolean
   readonly timed_out?: true | undefined
+  /** Its stdout and stderr together passed `--output-limit`: it was stopped (exit code 1). */
+  readonly output_limit_exceeded?: true | undefined
   readonly truncated?: true | undefined
   readonly stdout_bytes?: number | undefined
   readonly stderr_bytes?: number | undefined

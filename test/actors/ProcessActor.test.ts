@@ -32,7 +32,13 @@ const eventuallyEffect = <A>(read: Effect.Effect<A>, holds: (value: A) => boolea
  */
 const started = (
   command: string,
-  options: { readonly headBytes?: number; readonly tailBytes?: number; readonly mailboxCapacity?: number; readonly tty?: { cols: number; rows: number } } = {}
+  options: {
+    readonly headBytes?: number
+    readonly tailBytes?: number
+    readonly mailboxCapacity?: number
+    readonly tty?: { cols: number; rows: number }
+    readonly outputLimit?: { readonly bytes: number; readonly reason: string }
+  } = {}
 ) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
@@ -47,6 +53,7 @@ const started = (
       headBytes: options.headBytes ?? 1024,
       tailBytes: options.tailBytes ?? 1024,
       mailboxCapacity: options.mailboxCapacity ?? 16,
+      outputLimit: options.outputLimit,
       onExit: (self) => Effect.sync(() => void exits.push(self.id))
     }).pipe(Scope.extend(scope))
     return { actor, scripted, scope, exits }
@@ -130,6 +137,21 @@ describe("ProcessActor", () => {
       assert.strictEqual((yield* Effect.flip(actor.signal("SIGKILL")))._tag, "ProcessExited")
       assert.strictEqual((yield* Effect.flip(actor.write(bytes("x"))))._tag, "ProcessExited")
       assert.deepStrictEqual(scripted.signals, ["SIGTERM"])
+    }))
+
+  it.effect("past its output limit, stdout and stderr together, the process is killed and the record says why", () =>
+    Effect.gen(function*() {
+      const { actor, scripted } = yield* started("server", { outputLimit: { bytes: 10, reason: "output limit exceeded (10 bytes, sandbox_exec)" } })
+      yield* scripted.emit({ _tag: "Stdout", data: bytes("012345") })
+      yield* scripted.emit({ _tag: "Stderr", data: bytes("6789") })
+      yield* eventuallyEffect(actor.totals, (totals) => totals.stdout + totals.stderr === 10)
+      assert.deepStrictEqual(scripted.signals, [], "at the limit it runs on")
+      yield* scripted.emit({ _tag: "Stdout", data: bytes("x") })
+      const exit = yield* actor.exited
+      assert.deepStrictEqual(exit, { exitCode: null, signal: "SIGKILL" })
+      assert.deepStrictEqual(scripted.signals, ["SIGKILL"])
+      assert.strictEqual((yield* actor.info).reason, "output limit exceeded (10 bytes, sandbox_exec)")
+      assert.deepStrictEqual(yield* actor.totals, { stdout: 7, stderr: 4 })
     }))
 
   it.effect("stdin is written in order; after EOF further writes and a second EOF are refused", () =>

@@ -10,10 +10,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import { parseArgv } from "../../src/cli/ArgvParser.js"
 import { chooseBackend } from "../../src/cli/BackendChoice.js"
-import { allFlags } from "../../src/cli/FlagTable.js"
-import { resolveFlags } from "../../src/cli/ResolvedFlags.js"
+import { readFlags } from "../../src/cli/Cli.js"
 import { startupChecks } from "../../src/cli/StartupChecks.js"
 import { toSettings } from "../../src/cli/ToSettings.js"
 
@@ -23,8 +21,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }))
 /** Resolves and checks like `kilntainers` does; the settings and warnings, or the refusal's message. */
 const configure = (argv: ReadonlyArray<string>, env: Record<string, string> = {}) =>
   Effect.gen(function*() {
-    const parsed = yield* parseArgv([...argv, "--state-dir", join(dir, "state")], allFlags.map(([, flag]) => flag))
-    const resolved = yield* resolveFlags(parsed)
+    const resolved = yield* readFlags([...argv, "--state-dir", join(dir, "state")])
     const choice = yield* chooseBackend(resolved.values)
     const settings = { ...(yield* toSettings(resolved.values)), backend: choice.backend }
     const warnings = yield* startupChecks(resolved, choice, settings)

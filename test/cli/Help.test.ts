@@ -59,6 +59,19 @@ describeIf(built, "a built CLI (npm run build)")("kilntainers --help", () => {
     assert.strictEqual(help.split("\n").filter((line) => line.startsWith("  --log-level")).length, 1)
   })
 
+  it("--completions prints each shell's script, naming every option and the image command", async () => {
+    for (const [shell, opening] of [["bash", "function _kilntainers_bash_completions()"], ["zsh", "#compdef kilntainers"], ["fish", "complete -c kilntainers"]]) {
+      const run = await runCli(["--completions", shell!])
+      assert.strictEqual(run.code, 0, run.stderr)
+      assert.include(run.stdout, opening!, shell)
+      for (const [, flag] of allFlags) assert.include(run.stdout, flag.name, `${shell} completes --${flag.name}`)
+      assert.include(run.stdout, "image", shell)
+    }
+    const bad = await runCli(["--completions", "powershell"])
+    assert.strictEqual(bad.code, 2)
+    assert.strictEqual(bad.stdout, "")
+  })
+
   it("answers before any flag is checked", async () => {
     const run = await runCli(["--backend", "nonsense", "--port", "99999", "-h"])
     assert.strictEqual(run.code, 0)

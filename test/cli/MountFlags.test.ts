@@ -1,7 +1,8 @@
 /**
  * The filesystem flags, resolved and checked in process as `kilntainers` does before serving:
  * --mount and its variables (KILNTAINERS_MOUNT, SANDBOX_ALLOW_WRITE, DEFAULT_WORKDIR, DOCKER_VOLUME,
- * DOCKER_CONTAINER with DOCKER_USE_EXISTING), and the values refused at startup.
+ * DOCKER_CONTAINER with DOCKER_USE_EXISTING), the values refused at startup, symlinks inside a
+ * writable mount (never followed), and the state directory and the audit log kept out of mounts.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
@@ -9,10 +10,8 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import { parseArgv } from "../../src/cli/ArgvParser.js"
 import { chooseBackend } from "../../src/cli/BackendChoice.js"
-import { allFlags } from "../../src/cli/FlagTable.js"
-import { resolveFlags } from "../../src/cli/ResolvedFlags.js"
+import { readFlags } from "../../src/cli/Cli.js"
 import { startupChecks } from "../../src/cli/StartupChecks.js"
 import { toSettings } from "../../src/cli/ToSettings.js"
 import { binPath, built, runCli } from "./CliRunner.js"
@@ -27,8 +26,7 @@ symlinkSync(project, join(dir, "link"))
 
 const configure = (argv: ReadonlyArray<string>, env: Record<string, string> = {}) =>
   Effect.gen(function*() {
-    const parsed = yield* parseArgv([...argv, "--state-dir", state], allFlags.map(([, flag]) => flag))
-    const resolved = yield* resolveFlags(parsed)
+    const resolved = yield* readFlags([...argv, "--state-dir", state])
     const choice = yield* chooseBackend(resolved.values)
     const settings = { ...(yield* toSettings(resolved.values, resolved.sources)), backend: choice.backend }
     const warnings = yield* startupChecks(resolved, choice, settings)
@@ -86,6 +84,32 @@ describe("the filesystem flags", () => {
       assert.strictEqual(existing.settings.dockerContainer, "process-mcp-main")
       const flag = yield* accepted(["--backend", "docker", "--docker-container", "box"])
       assert.strictEqual(flag.settings.dockerContainer, "box")
+    }))
+
+  it.effect("a symlink inside a writable mount is never followed: a source behind one is refused, a deny path keeps its name", () =>
+    Effect.gen(function*() {
+      const shared = join(dir, "shared")
+      mkdirSync(join(shared, "real"), { recursive: true })
+      symlinkSync("/etc", join(shared, "nested"))
+      symlinkSync(join(shared, "real"), join(shared, "inside"))
+      const nested = yield* refused(["--backend", "host", "--mount", `${shared}:/home/agent/s`, "--mount", `${shared}/nested:/home/agent/n`])
+      assert.match(nested, new RegExp(`${shared}/nested is a symbolic link inside a writable mount`))
+      const readOnly = yield* accepted(["--backend", "host", "--mount", `${shared}:/home/agent/s:ro`, "--mount", `${shared}/inside:/home/agent/i`])
+      assert.strictEqual(readOnly.settings.filesystem.mounts[1]!.source, join(shared, "real"), "outside a writable mount, the operator's link is followed")
+      const denied = yield* accepted(["--backend", "host", "--mount", `${shared}:/home/agent/s`, "--deny-read", `${shared}/nested/shadow`])
+      assert.deepStrictEqual(denied.settings.filesystem.denyRead, [`${shared}/nested/shadow`])
+    }))
+
+  it.effect("the state directory and the audit log stay out of every mount, on Docker too", () =>
+    Effect.gen(function*() {
+      assert.match(yield* refused(["--backend", "docker", "--mount", `${dir}:/d`]), /state directory/)
+      assert.match(yield* refused(["--backend", "docker", `--docker-run-flag=--volume=${state}:/s`]), /--volume .* state directory/)
+      assert.match(
+        yield* refused(["--backend", "host", "--mount", `${project}:/home/agent/p`, "--audit-log", join(project, "audit.log")]),
+        /--audit-log .* computers see/
+      )
+      mkdirSync(join(state, "computers"), { recursive: true })
+      assert.match(yield* refused(["--backend", "host", "--audit-log", join(state, "computers", "audit.log")]), /--audit-log .* computers see/)
     }))
 
   it.effect("bad values are refused with a clear message", () =>

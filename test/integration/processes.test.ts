@@ -171,7 +171,39 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
         assert.match(result.stderr, /output was 300012 bytes of stdout/)
         assert.strictEqual(result.stdout_bytes, 6 + 300_000 + 1 + 5)
         assert.isDefined(result.pid, "the rest can be read through stdout")
-      }), { outputLimit: 100_000 }))
+        assert.isUndefined(result.output_limit_exceeded, "under --output-limit the command runs to its end")
+      }), { outputLimit: 1_000_000 }))
+
+  it.live("sandbox_exec stops a command whose stdout and stderr together pass --output-limit (Kilntainers' contract)", () =>
+    withProcesses((processes) =>
+      Effect.gen(function*() {
+        // Kilntainers' TestSharedOutputLimit: 2048 bytes against a limit of 1024.
+        const theirs = yield* processes.exec("t", { command: "head -c 2048 /dev/zero | tr '\\0' 'a'", timeout: 5 })
+        assert.strictEqual(theirs.exit_code, 1)
+        assert.include(theirs.stderr, "output limit exceeded")
+        assert.isTrue(theirs.output_limit_exceeded)
+        assert.strictEqual(theirs.stdout_bytes, 2048, "the exact count")
+        const omitted = /\n\[… (\d+) bytes omitted …\]\n/.exec(theirs.stdout)
+        assert.isNotNull(omitted, "head and tail, the middle marked")
+        const carried = Buffer.byteLength(theirs.stdout.replace(omitted![0], ""))
+        assert.isAtMost(carried, 1024, "no more of the command's bytes than the limit")
+        assert.strictEqual(carried + Number(omitted![1]), 2048)
+        // A command that would never end is stopped, its tree killed, both streams counted together.
+        const endless = yield* processes.exec("t", { command: "(yes err >&2 &); yes out", timeout: 30 })
+        assert.strictEqual(endless.exit_code, 1)
+        assert.isTrue(endless.output_limit_exceeded)
+        assert.include(endless.stderr, "the command was stopped and its process tree killed")
+        assert.isAbove(endless.stdout_bytes! + endless.stderr_bytes!, 1024)
+        assert.isBelow(endless.exec_duration_ms, 20_000)
+        const ps = yield* processes.list("t", { status: "all" })
+        const entry = ps.processes.find((p) => p.pid === endless.pid)
+        assert.include(entry?.reason ?? "", "output limit exceeded")
+        // Within the limit nothing changes.
+        const small = yield* processes.exec("t", { command: "head -c 1000 /dev/zero | tr '\\0' b" })
+        assert.strictEqual(small.exit_code, 0)
+        assert.strictEqual(small.stdout, "b".repeat(1000))
+        assert.isUndefined(small.output_limit_exceeded)
+      }), { outputLimit: 1024 }), 60_000)
 
   it.live("wait returns when output goes quiet", () =>
     withProcesses((processes) =>

@@ -57,6 +57,19 @@ describe("ComputerRegistry", () => {
       })
     ))
 
+  it.scoped("an existing computer's lifecycle mode cannot be changed, in the words Kilntainers' fork uses", () =>
+    withRegistry(({ computers, scripted }) =>
+      Effect.gen(function*() {
+        yield* computers.create("s1", { computer_id: "fixed", temporary: false })
+        const refused = yield* Effect.flip(computers.resolve("s1", { computer_id: "fixed", temporary: true }))
+        assert.strictEqual(refused._tag, "InvalidInput")
+        assert.include(refused.message, "lifecycle mode cannot be changed")
+        assert.include(refused.message, "already exists as a permanent computer")
+        assert.strictEqual((yield* computers.resolve("s1", { computer_id: "fixed", temporary: false })).temporary, false)
+        assert.strictEqual(scripted.calls.filter((c) => c === "create fixed").length, 1)
+      })
+    ))
+
   it.scoped("a call racing a delete of its computer fails clearly; afterwards the id makes a new computer", () =>
     withRegistry(({ computers, processes, scripted }) =>
       Effect.gen(function*() {

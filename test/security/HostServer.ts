@@ -60,14 +60,23 @@ export interface HostServer {
   readonly close: () => Promise<void>
 }
 
-export const startHostServer = async (mode: Mode, args: ReadonlyArray<string> = []): Promise<HostServer> => {
+/**
+ * The built CLI as a stdio server of `backend` (host unless said; the Docker backend only as root).
+ * `bin`: the built CLI to run, by default this checkout's (another copy must be readable by the unprivileged uid).
+ */
+export const startHostServer = async (
+  mode: Mode,
+  args: ReadonlyArray<string> = [],
+  backend: "host" | "docker" = "host",
+  bin: string = binPath
+): Promise<HostServer> => {
   const stateDir = mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
   const drop = mode === "unprivileged" && runningAsRoot
   if (drop) chownSync(stateDir, UNPRIVILEGED, UNPRIVILEGED)
   const setpriv = drop ? ["setpriv", "--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED), "--clear-groups", "--"] : []
   const transport = new StdioClientTransport({
     command: "python3",
-    args: ["-c", KEYRING_WRAPPER, ...setpriv, process.execPath, binPath, "--backend", "host", "--state-dir", stateDir, ...args],
+    args: ["-c", KEYRING_WRAPPER, ...setpriv, process.execPath, bin, "--backend", backend, "--state-dir", stateDir, ...args],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: stateDir },
     stderr: "pipe"
   })

@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import type Docker from "dockerode"
 import { Effect, Exit, Scope } from "effect"
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -135,7 +135,7 @@ describeIf(dockerWorks, requirement())("a hostile agent in a container", () => {
         const lost: { reason?: string } = {}
         const before = rssMiB()
         const scope = yield* Scope.make()
-        const started = yield* DockerAgent.start("docker", engine, yield* container, { agent: file }, {
+        const started = yield* DockerAgent.start("docker", engine, yield* container, { agent: file, agentBytes: readFileSync(file) }, {
           onLost: (said) => (lost.reason = said)
         }).pipe(Scope.extend(scope), Effect.either)
         const said = yield* awaitLost(lost)

@@ -113,9 +113,10 @@ describeIf(requirementsMet, requirements)("host sandbox: no host privilege", () 
 
       it("the sandbox's pid 1 (bubblewrap's init, open to the guest) holds no file of the host: not the agent's channel", () => {
         assert.isObject(facts.pid1_fds)
-        const targets = Object.values(facts.pid1_fds as Record<string, string>)
-        assert.deepStrictEqual(targets.filter((target) => target.startsWith("/") && target !== "/dev/null"), [])
-        assert.deepStrictEqual(targets.filter((target) => target.startsWith("pipe:")), [])
+        const fds = Object.entries(facts.pid1_fds as Record<string, string>)
+        assert.deepStrictEqual(fds.filter(([, target]) => target.startsWith("/") && target !== "/dev/null"), [])
+        // Its stderr is bubblewrap's own pipe, which nothing reads once the sandbox is set up (host-pid1.test.ts).
+        assert.deepStrictEqual(fds.filter(([fd, target]) => (target.startsWith("pipe:") && fd !== "2") || target.startsWith("socket:")), [])
       })
 
       it("can write nothing of the host but the workspace", () => {

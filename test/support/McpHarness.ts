@@ -26,13 +26,13 @@ export interface ToolResult {
   readonly structured: any
 }
 
-/** Starts the built CLI as a stdio MCP server and connects the SDK's Client to it. */
-export const startServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}): Promise<Harness> => {
+/** Starts the built CLI (`bin`: another copy of it) as a stdio MCP server and connects the SDK's Client to it. */
+export const startServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}, bin: string = binPath): Promise<Harness> => {
   const given = args.indexOf("--state-dir")
   const stateDir = given >= 0 ? args[given + 1]! : mkdtempSync(join(tmpdir(), "kt-e2e-"))
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [binPath, ...(given >= 0 ? [] : ["--state-dir", stateDir]), ...args],
+    args: [bin, ...(given >= 0 ? [] : ["--state-dir", stateDir]), ...args],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
     stderr: "pipe"
   })

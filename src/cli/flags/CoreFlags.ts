@@ -49,9 +49,10 @@ export const coreFlags = {
   stateDir: Flag.optionalText("state-dir", {
     group: "core options",
     metavar: "DIR",
-    backends: ["host", "wasm", "toolset"],
+    // Docker keeps its warm pool records and the mounts it stages for the engine there.
+    backends: ["host", "docker", "wasm", "toolset"],
     shownDefault: "$XDG_STATE_HOME/kilntainers",
-    help: "Home of host/WASM computers"
+    help: "Home of host/WASM computers and of Docker's staged mounts"
   }),
   logLevel: Flag.choice("log-level", logLevels, {
     group: "core options",

@@ -3,6 +3,10 @@
  * the file rotated when the next batch would take it past `maxBytes` (PATH → PATH.1 → … →
  * PATH.<keep>, the oldest dropped). The file is created 0600: it holds commands and paths.
  *
+ * - Never through a link: its directory is opened once, at startup, and every file is opened,
+ *   renamed and removed relative to that descriptor, the file itself with `O_NOFOLLOW` and only if
+ *   it is a regular file, so a symlink or a FIFO put in its place is refused (its lines are counted
+ *   as dropped), never followed. The startup checks keep it outside every mount anyway.
  * - Never in the way: `record` puts the line in a bounded dropping queue and returns. A disk that
  *   is slow or full costs lines, never a stalled process or proxy; lost lines are counted and the
  *   count is written as an `audit.dropped` entry as soon as the writer can.
@@ -18,7 +22,9 @@ import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
+import { closeSync, constants, openSync } from "node:fs"
 import { type FileHandle, open, rename, unlink } from "node:fs/promises"
+import { basename, dirname } from "node:path"
 import { AuditLog, type AuditEntry, type AuditEvent, type AuditLogShape } from "../../services/AuditLog.js"
 import { Settings } from "../../services/Settings.js"
 import { EgressError } from "./EgressError.js"
@@ -66,23 +72,39 @@ const sanitizer = (secrets: ReadonlyArray<string>) => {
 
 const errorText = (error: unknown) => (error instanceof Error ? error.message : String(error))
 
-/** The file side: appends, tracks the size, rotates. */
-const fileWriter = (path: string, maxBytes: number, keep: number) => {
+/** `O_PATH` (Linux): the directory held without being opened for reading. */
+const O_PATH = 0o10000000
+/** Appends, creates, never follows a final symlink, never waits on a FIFO. */
+const APPEND = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK
+
+/**
+ * The file side: appends, tracks the size, rotates. `dir` is the directory's descriptor: names are
+ * looked up in it through its /proc/self/fd link, as openat and renameat would.
+ */
+const fileWriter = (dir: number, path: string, maxBytes: number, keep: number) => {
+  const name = basename(path)
+  const at = (file: string) => `/proc/self/fd/${dir}/${file}`
   let handle: FileHandle | undefined
   let size = 0
   const ensureOpen = async () => {
     if (handle !== undefined) return handle
-    handle = await open(path, "a", 0o600)
-    size = (await handle.stat()).size
+    const opened = await open(at(name), APPEND, 0o600)
+    const stat = await opened.stat()
+    if (!stat.isFile()) {
+      await opened.close()
+      throw new Error(`${path} is not a regular file`)
+    }
+    handle = opened
+    size = stat.size
     return handle
   }
   const rotate = async () => {
     await handle?.close()
     handle = undefined
-    if (keep === 0) await unlink(path).catch(() => undefined)
+    if (keep === 0) await unlink(at(name)).catch(() => undefined)
     else {
-      for (let index = keep - 1; index >= 1; index--) await rename(`${path}.${index}`, `${path}.${index + 1}`).catch(() => undefined)
-      await rename(path, `${path}.1`).catch(() => undefined)
+      for (let index = keep - 1; index >= 1; index--) await rename(at(`${name}.${index}`), at(`${name}.${index + 1}`)).catch(() => undefined)
+      await rename(at(name), at(`${name}.1`)).catch(() => undefined)
     }
   }
   return {
@@ -146,7 +168,14 @@ export const make = (options: AuditLogOptions): Effect.Effect<AuditLogShape, Egr
 
     const path = options.path
     if (path !== undefined) {
-      const file = fileWriter(path, options.maxBytes, options.keep)
+      const dir = yield* Effect.acquireRelease(
+        Effect.try({
+          try: () => openSync(dirname(path), O_PATH | constants.O_DIRECTORY),
+          catch: (error) => new EgressError({ reason: `the audit log's directory ${dirname(path)} cannot be opened: ${errorText(error)}` })
+        }),
+        (fd) => Effect.sync(() => closeSync(fd))
+      )
+      const file = fileWriter(dir, path, options.maxBytes, options.keep)
       // Fails at startup, not at the first event, when the file cannot be opened.
       yield* Effect.tryPromise({
         try: () => file.write([]),

@@ -9,11 +9,13 @@
  * address: a name under `*.example.com` that resolves to 127.0.0.1 is denied, as is the address
  * itself under `*`. Such a destination is reached only when the user named it: a rule that is that
  * exact name or address, or a name pinned with `--egress-resolve`. This keeps DNS rebinding and
- * `*` from opening the server's own loopback services or its network to the computers.
+ * `*` from opening the server's own loopback services or its network to the computers. Which
+ * addresses are private, in every spelling, is `AddressBlocklist.ts`'s.
  */
 import * as Either from "effect/Either"
 import * as Redacted from "effect/Redacted"
-import { BlockList, isIP } from "node:net"
+import { isIP } from "node:net"
+import { isPublicAddress } from "./AddressBlocklist.js"
 import * as HostPattern from "./HostPattern.js"
 
 /** A header added to the requests to matching hosts; its value is a secret of the server. */
@@ -173,45 +175,8 @@ export const decide = (policy: EgressPolicy, target: HostPattern.Authority): Dec
   }
 }
 
-const special = new BlockList()
-for (
-  const [network, prefix] of [
-    ["0.0.0.0", 8],
-    ["10.0.0.0", 8],
-    ["100.64.0.0", 10],
-    ["127.0.0.0", 8],
-    ["169.254.0.0", 16],
-    ["172.16.0.0", 12],
-    ["192.0.0.0", 24],
-    ["192.0.2.0", 24],
-    ["192.168.0.0", 16],
-    ["198.18.0.0", 15],
-    ["198.51.100.0", 24],
-    ["203.0.113.0", 24],
-    ["224.0.0.0", 4],
-    ["240.0.0.0", 4]
-  ] as const
-) special.addSubnet(network, prefix, "ipv4")
-for (
-  const [network, prefix] of [
-    ["::", 128],
-    ["::1", 128],
-    ["64:ff9b::", 96],
-    ["64:ff9b:1::", 48],
-    ["100::", 64],
-    ["2001:db8::", 32],
-    ["fc00::", 7],
-    ["fe80::", 10],
-    ["ff00::", 8]
-  ] as const
-) special.addSubnet(network, prefix, "ipv6")
-
-/** A global unicast address (IPv4-mapped IPv6 addresses are judged by their IPv4 part). */
-export const isPublicAddress = (address: string): boolean => {
-  const family = isIP(address)
-  if (family === 0) return false
-  return !special.check(address, family === 4 ? "ipv4" : "ipv6")
-}
+/** Whether an address is public (`AddressBlocklist.ts`). */
+export { isPublicAddress }
 
 /**
  * Whether the proxy may connect to `address` for this allowed decision: always when the user named

@@ -6,10 +6,14 @@
  *   403 whose reason phrase and body name the flag to add, and no upstream connection. Allowed →
  *   the proxy resolves the name itself and tunnels the bytes untouched (the client verifies the
  *   upstream's own certificate), unless `--egress-header` rules cover the host: then the tunnel is
- *   TLS-intercepted with a certificate of ours for that host (`CertificateAuthority.ts`), each
- *   request gets the header, and the proxy's own TLS to the upstream is verified normally.
+ *   TLS-intercepted with a certificate of ours for that host (`CertificateAuthority.ts`); each
+ *   request whose SNI, request target and Host name that same host (`CredentialBinding.ts`, else a
+ *   421) gets the header, the proxy's own TLS to the upstream is verified normally, and the
+ *   answer comes back with the credential's echoes masked (`EchoMask.ts`).
  * - Plain HTTP: the absolute URI of a proxy request (`GET http://host/path`), or the Host header
- *   of an origin-form request; decided, injected and forwarded the same way.
+ *   of an origin-form request; decided the same way and forwarded with the Host of the URI
+ *   (`ForwardRequest.ts`). A host with a header rule is refused over plain HTTP: no credential is
+ *   ever sent in clear text.
  * - HTTP parsing is Node's (llhttp), given our sockets by `emit("connection")`, with its header
  *   size cap; Node's own timers are off (the server never listens), and time is ours: a connection
  *   must send its first request head within `headTimeoutMs`, and one with no byte either way for
@@ -24,18 +28,17 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as FiberSet from "effect/FiberSet"
-import * as Redacted from "effect/Redacted"
-import { createServer, type IncomingMessage, request as httpRequest, type ServerResponse } from "node:http"
-import type { Socket } from "node:net"
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
 import { TLSSocket } from "node:tls"
 import type { EgressEvent } from "../../services/AuditLog.js"
 import type { CertificateAuthority } from "./CertificateAuthority.js"
+import * as CredentialBinding from "./CredentialBinding.js"
 import * as EgressPolicy from "./EgressPolicy.js"
+import * as ForwardRequest from "./ForwardRequest.js"
 import * as HostPattern from "./HostPattern.js"
-import { forwardedHeaders, responseHeaders } from "./HeaderRewrite.js"
 import { answer, denialPhrase, rawAnswer, type Status } from "./ProxyAnswers.js"
-import { SecretScrubber } from "./SecretScrubber.js"
+import { auditPath, closed, type Connection, type Destination, type EgressRecord, watch } from "./ProxyConnection.js"
 import type { ProxyLimits } from "./ProxyLimits.js"
 import * as Upstream from "./Upstream.js"
 
@@ -60,32 +63,6 @@ export interface EgressProxy {
   readonly open: (computer: string) => number
 }
 
-interface Connection {
-  readonly computer: string
-  readonly socket: Duplex
-  readonly run: <A, E>(effect: Effect.Effect<A, E>) => unknown
-  /** Bumped by every chunk either way: the idle check compares it. */
-  activity: number
-  requests: number
-}
-
-/** Where an allowed request goes. */
-interface Destination {
-  readonly target: HostPattern.Authority
-  readonly address: string
-  readonly decision: Extract<EgressPolicy.Decision, { readonly _tag: "Allowed" }>
-  readonly tls: boolean
-}
-
-/** Resolves when the stream has closed (at once if it already has). */
-const closed = (stream: Duplex) =>
-  Effect.async<void>((resume) => {
-    if (stream.closed || stream.destroyed) return resume(Effect.void)
-    const done = () => resume(Effect.void)
-    stream.once("close", done)
-    return Effect.sync(() => stream.off("close", done))
-  })
-
 /** Builds the proxy; its connections end with the Scope. */
 export const make = (options: EgressProxyOptions) =>
   Effect.gen(function*() {
@@ -99,104 +76,20 @@ export const make = (options: EgressProxyOptions) =>
     const outer = createServer(parserOptions)
     const inner = createServer(parserOptions)
 
-    const record = (connection: Connection, event: Omit<EgressEvent, "type" | "computer">) =>
-      options.audit({ type: "egress", computer: connection.computer, ...event })
+    const record = (connection: Connection, event: EgressRecord) => options.audit({ type: "egress", computer: connection.computer, ...event })
+    const forward = ForwardRequest.make({ limits, roots, record })
 
-    const watch = (connection: Connection, stream: NodeJS.EventEmitter, count?: (bytes: number) => void) =>
-      stream.on("data", (chunk: Buffer) => {
-        connection.activity++
-        count?.(chunk.length)
-      })
-
-    /** Forwards one HTTP request (plain, or inside an intercepted tunnel) and audits it, however it ends. */
-    const forward = (connection: Connection, destination: Destination, req: IncomingMessage, res: ServerResponse, path: string) =>
-      Effect.scoped(Effect.gen(function*() {
-        const started = yield* Clock.currentTimeMillis
-        const { address, decision, target } = destination
-        const label = HostPattern.formatAuthority(target)
-        const secrets = decision.headers.map((rule) => Redacted.value(rule.value))
-        let up = 0
-        let down = 0
-        let status: number | undefined
-        let error: string | undefined
-        yield* Effect.addFinalizer(() =>
-          Effect.flatMap(Clock.currentTimeMillis, (now) =>
-            record(connection, {
-              host: target.host,
-              port: target.port,
-              method: req.method ?? "GET",
-              path: path.length > 512 ? `${path.slice(0, 512)}…` : path,
-              decision: "allowed",
-              rule: decision.rule,
-              intercepted: destination.tls,
-              injected: decision.headers.length > 0 ? decision.headers.map((rule) => rule.header) : undefined,
-              address,
-              status,
-              bytesUp: up,
-              bytesDown: down,
-              durationMs: now - started,
-              error: error ?? (status === undefined ? "the client went away" : undefined)
-            }))
-        )
-        const fail = (refusal: Upstream.Refusal) =>
-          Effect.sync(() => {
-            status = refusal.status
-            error = refusal.message
-            answer(res, refusal.status, refusal.message)
-          })
-        const tcp = yield* Effect.either(Upstream.connectTcp(address, target.port, limits.connectTimeoutMs, label))
-        if (Either.isLeft(tcp)) return yield* fail(tcp.left)
-        const socket: Either.Either<Socket, Upstream.Refusal> = destination.tls
-          ? yield* Effect.either(Upstream.connectTls(tcp.right, target.host, roots, limits.connectTimeoutMs))
-          : Either.right(tcp.right)
-        if (Either.isLeft(socket)) return yield* fail(socket.left)
-        const connected = socket.right
-        yield* Effect.async<void>((resume) => {
-          const upstream = httpRequest({
-            host: address,
-            port: target.port,
-            method: req.method,
-            path,
-            headers: forwardedHeaders(req, decision.headers, target),
-            setHost: false,
-            maxHeaderSize: 64 * 1024,
-            // Our connection, made and verified above; without an agent it serves this request only.
-            createConnection: () => connected
-          })
-          upstream.on("response", (response) => {
-            status = response.statusCode
-            response.on("error", () => res.destroy())
-            watch(connection, response, (bytes) => (down += bytes))
-            try {
-              res.writeHead(response.statusCode ?? 502, response.statusMessage, responseHeaders(response, secrets))
-            } catch (invalid) {
-              // A status or header Node will not send on: the upstream's answer is unusable.
-              error = `${label} sent a response that cannot be passed on: ${invalid instanceof Error ? invalid.message : String(invalid)}`
-              response.destroy()
-              return answer(res, 502, error)
-            }
-            const source = secrets.length === 0 ? response : response.pipe(new SecretScrubber(secrets))
-            source.pipe(res)
-          })
-          upstream.on("error", (failure) => {
-            error = `${label}: ${failure.message}`
-            status ??= 502
-            answer(res, 502, error)
-          })
-          res.once("close", () => {
-            upstream.destroy()
-            resume(Effect.void)
-          })
-          res.on("error", () => {})
-          req.on("error", () => upstream.destroy())
-          watch(connection, req, (bytes) => (up += bytes))
-          req.pipe(upstream)
-          return Effect.sync(() => upstream.destroy())
-        })
-      }))
-
-    /** Decides a request to `target`; on yes, where it goes. Denials are answered and audited here. */
-    const admit = (connection: Connection, target: HostPattern.Authority, method: string, deny: (status: Status, message: string, phrase?: string) => void) =>
+    /**
+     * Decides a request to `target` (`tls`: through CONNECT); on yes, where it goes. Denials are
+     * answered and audited here, plain HTTP to a host with a credential among them.
+     */
+    const admit = (
+      connection: Connection,
+      target: HostPattern.Authority,
+      method: string,
+      tls: boolean,
+      deny: (status: Status, message: string, phrase?: string) => void
+    ) =>
       Effect.gen(function*() {
         const decision = EgressPolicy.decide(policy, target)
         const refuse = (status: Status, message: string, rule: string, phrase?: string) =>
@@ -215,12 +108,37 @@ export const make = (options: EgressProxyOptions) =>
             Effect.as(undefined)
           )
         if (decision._tag === "Denied") return yield* refuse(403, decision.reason, decision.reason, denialPhrase(target))
+        const clear = tls ? undefined : CredentialBinding.plainRefusal(target, decision.headers)
+        if (clear !== undefined) return yield* refuse(403, clear, clear)
         const address = yield* Effect.either(Upstream.resolveAddress(lookup, decision, target))
         if (Either.isLeft(address)) {
           const { message, status } = address.left
           return yield* refuse(status, message, status === 403 ? message : decision.rule, status === 403 ? denialPhrase(target) : undefined)
         }
         return { target, address: address.right, decision, tls: false } satisfies Destination
+      })
+
+    /** A request inside an intercepted tunnel: forwarded with the credential only when it names the tunnel's host. */
+    const credentialed = (connection: Connection, destination: Destination, req: IncomingMessage, res: ServerResponse) =>
+      Effect.suspend(() => {
+        const { target } = destination
+        const url = req.url ?? "/"
+        const checked = CredentialBinding.checkIntercepted({ target, sni: (req.socket as TLSSocket).servername, url, host: req.headers.host })
+        if (Either.isRight(checked)) return forward(connection, destination, req, res, checked.right)
+        const { message, status } = checked.left
+        answer(res, status, message)
+        return record(connection, {
+          host: target.host,
+          port: target.port,
+          method: req.method ?? "GET",
+          path: auditPath(url),
+          decision: "denied",
+          rule: message,
+          intercepted: true,
+          status,
+          bytesUp: 0,
+          bytesDown: 0
+        })
       })
 
     const plain = (connection: Connection, req: IncomingMessage, res: ServerResponse) =>
@@ -240,7 +158,7 @@ export const make = (options: EgressProxyOptions) =>
         } else authority = req.headers.host
         const target = authority === undefined ? Either.left("no host") : HostPattern.parseAuthority(authority, 80)
         if (Either.isLeft(target)) return answer(res, 400, `cannot tell the host of this request: ${target.left}`)
-        const destination = yield* admit(connection, target.right, req.method ?? "GET", (status, message, phrase) => answer(res, status, message, phrase))
+        const destination = yield* admit(connection, target.right, req.method ?? "GET", false, (status, message, phrase) => answer(res, status, message, phrase))
         if (destination !== undefined) yield* forward(connection, destination, req, res, path)
       })
 
@@ -307,7 +225,7 @@ export const make = (options: EgressProxyOptions) =>
         socket.pause()
         const target = HostPattern.parseAuthority(req.url ?? "", undefined)
         if (Either.isLeft(target)) return rawAnswer(socket, 400, `CONNECT needs host:port: ${target.left}`)
-        const destination = yield* admit(connection, target.right, "CONNECT", (status, message, phrase) => rawAnswer(socket, status, message, phrase))
+        const destination = yield* admit(connection, target.right, "CONNECT", true, (status, message, phrase) => rawAnswer(socket, status, message, phrase))
         if (destination === undefined) return
         if (destination.decision.headers.length > 0 && options.ca !== undefined) {
           return yield* intercept(connection, destination, head, options.ca)
@@ -333,7 +251,7 @@ export const make = (options: EgressProxyOptions) =>
       const entry = intercepted.get(req.socket as Duplex)
       if (entry === undefined) return void res.destroy()
       entry.connection.requests++
-      entry.connection.run(handled(forward(entry.connection, entry.destination, req, res, req.url ?? "/")))
+      entry.connection.run(handled(credentialed(entry.connection, entry.destination, req, res)))
     })
     for (const server of [outer, inner]) {
       server.on("upgrade", (_req: IncomingMessage, socket: Duplex) =>

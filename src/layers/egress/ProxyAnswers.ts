@@ -8,7 +8,7 @@ import type { ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
 import * as HostPattern from "./HostPattern.js"
 
-export const PHRASE = { 400: "Bad Request", 403: "Forbidden", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout" }
+export const PHRASE = { 400: "Bad Request", 403: "Forbidden", 421: "Misdirected Request", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout" }
 export type Status = keyof typeof PHRASE
 
 /** A 403's reason phrase: what `curl` and python print for a refused CONNECT. */
@@ -17,13 +17,16 @@ export const denialPhrase = (target: HostPattern.Authority) =>
 
 const body = (message: string) => `kilntainers egress: ${message}\n`
 
+/** A refusal by policy (the allowlist, a credential's binding) rather than an error on the way. */
+const kind = (status: Status) => (status === 403 || status === 421 ? "denied" : "error")
+
 /** A whole response written on a raw socket (CONNECT answers, refusals before any parsing), then EOF. */
 export const rawAnswer = (socket: Duplex, status: Status, message: string, phrase = PHRASE[status]) => {
   const text = body(message)
   if (socket.destroyed || socket.writableEnded) return
   socket.end(
     `HTTP/1.1 ${status} ${phrase}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n` +
-      `x-kilntainers-egress: ${status === 403 ? "denied" : "error"}\r\nconnection: close\r\n\r\n${text}`
+      `x-kilntainers-egress: ${kind(status)}\r\nconnection: close\r\n\r\n${text}`
   )
 }
 
@@ -33,7 +36,7 @@ export const answer = (res: ServerResponse, status: Status, message: string, phr
   res.writeHead(status, phrase, {
     "content-type": "text/plain; charset=utf-8",
     "content-length": Buffer.byteLength(text),
-    "x-kilntainers-egress": status === 403 ? "denied" : "error"
+    "x-kilntainers-egress": kind(status)
   })
   res.end(text)
 }

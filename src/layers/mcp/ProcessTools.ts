@@ -85,8 +85,10 @@ const execDescription = (settings: SettingsShape) => {
       `filesystem does persist (home directory /home/agent). To write a file, pass its content as stdin ` +
       `(e.g. command="cat > file.txt"). Use args instead of command to run a program without a shell. ` +
       `Commands time out after ${settings.timeout} seconds by default (set timeout in seconds); on timeout the ` +
-      `whole process tree is killed, exit_code is 124 and the output so far is returned. Output over ` +
-      `${settings.inlineBytes} bytes keeps its head and tail here (pid and next let stdout read the rest). ` +
+      `whole process tree is killed, exit_code is 124 and the output so far is returned. A command whose stdout ` +
+      `and stderr together pass ${settings.outputLimit} bytes is stopped the same way (exit_code 1, "output limit ` +
+      `exceeded"). Output over ${Math.min(settings.inlineBytes, settings.outputLimit)} bytes keeps its head and tail ` +
+      `here (pid and next let stdout read the rest). ` +
       `Network access is ${settings.network ? "enabled" : "disabled"}. For long-running or interactive programs use spawn.`
   return settings.extendedToolInstruction ? `${base}\n\n${settings.extendedToolInstruction}` : base
 }
@@ -237,11 +239,12 @@ export const make = (settings: SettingsShape) => [
     output: Schema.Struct({
       stdout: Text("stdout (head and tail when long)"),
       stderr: Text("stderr, with kilntainers' notes in [brackets]"),
-      exit_code: described(Schema.NullOr(Schema.Number), "Exit code (124: timed out; null: still running, see pid)"),
+      exit_code: described(Schema.NullOr(Schema.Number), "Exit code (124: timed out; 1 with output_limit_exceeded; null: still running, see pid)"),
       exec_duration_ms: Schema.Number,
       computer_id: Schema.String,
       temporary: Schema.Boolean,
       timed_out: Schema.optional(Schema.Literal(true)),
+      output_limit_exceeded: Schema.optional(Schema.Literal(true)),
       truncated: Schema.optional(Schema.Literal(true)),
       stdout_bytes: Schema.optional(described(Schema.Number, "Whole stdout size, when cut")),
       stderr_bytes: Schema.optional(described(Schema.Number, "Whole stderr size, when cut")),

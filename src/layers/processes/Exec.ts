@@ -1,7 +1,8 @@
 /**
  * Kilntainers' `sandbox_exec`: run to completion with a hard timeout (the whole tree killed, exit
- * 124, the partial output kept), the output within the inline budget with exact markers, and the
- * handle to read the rest or to wait for a command that outlives the call.
+ * 124, the partial output kept) and an output limit (`--output-limit`: past it the whole tree is
+ * killed, exit 1, head and tail kept), the output within the inline budget with exact markers, and
+ * the handle to read the rest or to wait for a command that outlives the call.
  */
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -13,7 +14,7 @@ import { envProblem } from "../../domain/Environment.js"
 import { InvalidInput } from "../../domain/Errors.js"
 import { signalNumber } from "../../domain/Signals.js"
 import type { ExitInfo } from "../../services/Backend.js"
-import type { ExecInput, ExecResult, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
+import type { ExecInput, ExecResult, OutputLimit, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import { outputFields } from "./Output.js"
 import { callBudget, withProgress } from "./Waiting.js"
@@ -69,6 +70,18 @@ export const plan = (settings: SettingsShape, input: ExecInput): Effect.Effect<E
 
 const appendLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}`
 
+/** Kilntainers' exit code for a command whose output passed the limit. */
+export const outputLimitExitCode = 1
+
+/**
+ * `--output-limit` as its process enforces it (ProcessActor): past it, stdout and stderr together,
+ * the command's whole tree is killed at the chunk that crossed it, and `ps` says why.
+ */
+export const outputLimit = (settings: SettingsShape): OutputLimit => ({
+  bytes: settings.outputLimit,
+  reason: `output limit exceeded (${settings.outputLimit} bytes, sandbox_exec)`
+})
+
 /**
  * Feeds stdin, waits for the exit (bounded by the timeout, and by the call budget when the client
  * does not listen to progress), kills the whole tree at the timeout, and builds the result.
@@ -83,6 +96,7 @@ export const run = (
   scope: Scope.Scope
 ): Effect.Effect<ExecResult> =>
   Effect.gen(function*() {
+    const limit = settings.outputLimit
     if (exec.stdin) yield* process.write(exec.stdin).pipe(Effect.ignore)
     yield* process.closeStdin.pipe(Effect.ignore)
     const timeoutMs = exec.timeoutSec * 1000
@@ -114,15 +128,23 @@ export const run = (
         Effect.forkIn(scope)
       )
     }
-    const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: settings.inlineBytes })
+    // No result carries more of the command's bytes than the output limit, nor than the inline budget.
+    const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: Math.min(settings.inlineBytes, limit) })
     const totals = yield* process.totals
     const end = yield* Clock.currentTimeMillis
+    const exceeded = exitCode !== null && totals.stdout + totals.stderr > limit
+    if (exceeded) exitCode = outputLimitExitCode
     const cut = output.omitted !== undefined
     let stderr = output.stderr
-    if (cut) {
+    if (exceeded) {
+      const ending = (yield* process.info).reason === outputLimit(settings).reason
+        ? "the command was stopped and its process tree killed"
+        : "the command ended before it could be stopped"
+      stderr = appendLine(stderr, `[kilntainers: output limit exceeded (${limit} bytes): ${totals.stdout} bytes of stdout and ${totals.stderr} bytes of stderr; ${ending}. Head and tail are above; read the rest with stdout(pid ${process.id}, stdoutCursor/stderrCursor), or re-run with head, tail or grep.]`)
+    } else if (cut) {
       stderr = appendLine(stderr, `[kilntainers: output was ${totals.stdout} bytes of stdout and ${totals.stderr} bytes of stderr; the middle was cut, head and tail kept. Read the rest with stdout(pid ${process.id}, stdoutCursor/stderrCursor), or re-run with head, tail or grep.]`)
     }
-    if (timedOut) {
+    if (timedOut && !exceeded) {
       stderr = appendLine(stderr, `[kilntainers: command timed out after ${exec.timeoutSec}s; its process tree was killed; the output above is what it wrote before that]`)
     }
     return {
@@ -132,7 +154,8 @@ export const run = (
       exec_duration_ms: end - meta.began,
       computer_id: meta.computer_id,
       temporary: meta.temporary,
-      ...(timedOut ? { timed_out: true as const } : {}),
+      ...(timedOut && !exceeded ? { timed_out: true as const } : {}),
+      ...(exceeded ? { output_limit_exceeded: true as const } : {}),
       ...(cut ? { truncated: true as const, stdout_bytes: totals.stdout, stderr_bytes: totals.stderr } : {}),
       ...(cut || exitCode === null ? { pid: process.id } : {}),
       ...(exitCode === null ? { running: true as const } : {}),

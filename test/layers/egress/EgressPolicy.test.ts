@@ -78,9 +78,9 @@ describe("EgressPolicy", () => {
   })
 
   it("classifies addresses", () => {
-    for (const address of ["127.0.0.1", "10.1.1.1", "172.20.0.1", "192.168.0.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00::1", "::ffff:10.0.0.1"]) {
+    for (const address of ["127.0.0.1", "10.1.1.1", "172.20.0.1", "192.168.0.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00::1", "::ffff:10.0.0.1", "::7f00:1", "::ffff:0:7f00:1", "2002:7f00:1::", "fe80::1%eth0", "not-an-address"]) {
       assert.isFalse(EgressPolicy.isPublicAddress(address), address)
     }
-    for (const address of ["1.1.1.1", "93.184.215.14", "2606:4700::1111"]) assert.isTrue(EgressPolicy.isPublicAddress(address), address)
+    for (const address of ["1.1.1.1", "93.184.215.14", "2606:4700::1111", "::ffff:1.1.1.1", "2002:101:101::"]) assert.isTrue(EgressPolicy.isPublicAddress(address), address)
   })
 })

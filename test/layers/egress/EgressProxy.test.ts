@@ -250,13 +250,15 @@ describe("the egress proxy", () => {
       assert.notStrictEqual(/issuer: (.*)/.exec(intercepted.err)![1], /issuer: (.*)/.exec((yield* curl(h, `https://good.test:${h.upstreams.httpsPort}/`, "-v")).err)![1])
       const goodSeen = h.upstreams.seen.filter((seen) => seen.headers.host === `good.test:${h.upstreams.httpsPort}`)
       assert.isTrue(goodSeen.every((seen) => seen.headers.authorization === undefined), "no header for hosts without a rule")
-      // Plain HTTP to the host with the rule gets it too, and its echo is masked as well.
-      const plain = yield* curl(h, `http://api.test:${h.upstreams.httpPort}/echo`)
-      assert.notInclude(plain.out, SECRET)
-      assert.strictEqual(h.upstreams.seen.at(-1)!.headers.authorization, SECRET)
+      // Plain HTTP to the host with the rule is refused: the credential never travels in clear text.
+      const seenBefore = h.upstreams.seen.length
+      const plain = yield* curl(h, `http://api.test:${h.upstreams.httpPort}/echo`, "-i")
+      assert.match(plain.out, /^HTTP\/1\.1 403 /)
+      assert.include(plain.out, "its credential is sent only over HTTPS")
+      assert.strictEqual(h.upstreams.seen.length, seenBefore)
       const text = readFileSync(h.auditPath, "utf8")
       assert.notInclude(text, SECRET)
-      const entries = yield* auditEntries(h, 5)
+      const entries = yield* auditEntries(h, 6)
       const injected = entries.filter((entry) => entry.injected !== undefined)
       assert.isAtLeast(injected.length, 3)
       for (const entry of injected) assert.deepStrictEqual(entry.injected, ["Authorization"])

@@ -80,6 +80,13 @@ class Waiters {
 
 /** How long to wait for the rest of the channel after the agent exited. */
 const DRAIN_AFTER_EXIT = "1 second"
+/**
+ * How much of the agent process's stderr is read into its messages: what its launcher, bubblewrap
+ * (through kt-sandbox's bounded relay) and the agent itself say is short; the rest is not looked at.
+ */
+const STDERR_LIMIT = 64 * 1024
+/** Control characters (terminal escapes included) of stderr text, shown as "?" in messages. */
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g
 
 export class AgentClient {
   private readonly entries = new Map<number, Entry>()
@@ -95,6 +102,7 @@ export class AgentClient {
   private dead: string | undefined
   private closing = false
   private stderrTail = ""
+  private stderrBytes = 0
   private readyWaiter: ((error: string | undefined) => void) | undefined
   private wasReady = false
   /** Processes whose consumers are full: while any, the channel is not read. */
@@ -161,7 +169,10 @@ export class AgentClient {
       if (this.exitReason !== undefined) this.die(this.exitReason)
     }
     channel.start((chunk) => this.push(chunk), channelIsStdout ? () => {} : onChannelEnd)
-    child.stderr?.on("data", (chunk: Buffer) => this.stderr(chunk.toString("utf8")))
+    child.stderr?.on("data", (chunk: Buffer) => {
+      this.stderrBytes += chunk.length
+      if (this.stderrBytes <= STDERR_LIMIT) this.stderr(chunk.toString("utf8"))
+    })
     this.child.stdin?.on("error", () => {})
     child.on("error", (error) => this.die(`cannot start the agent: ${error.message}`))
     child.on("close", (code, signal) => {
@@ -200,8 +211,9 @@ export class AgentClient {
     }
   }
 
+  /** The agent's stderr is untrusted text: bounded (STDERR_LIMIT, the last 4000 characters kept) and without control characters. */
   private stderr(text: string): void {
-    this.stderrTail = (this.stderrTail + text).slice(-4000)
+    this.stderrTail = (this.stderrTail + text.replace(CONTROL, "?")).slice(-4000)
   }
 
   private violation(reason: string): void {

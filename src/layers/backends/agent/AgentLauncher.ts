@@ -8,6 +8,7 @@ import type * as Scope from "effect/Scope"
 import { execFile, spawn as spawnChild } from "node:child_process"
 import { closeSync, constants as fsConstants, openSync, rmSync, unlinkSync } from "node:fs"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import { handOn } from "../HandedDescriptors.js"
 import { fromFifo } from "./AgentChannel.js"
 import { AgentClient, type AgentOptions } from "./AgentClient.js"
 
@@ -20,6 +21,8 @@ export interface AgentCommand {
   readonly env: Readonly<Record<string, string>>
   /** Where to create the FIFO that carries the agent's frames (its stdout); it must not exist yet. */
   readonly channel: string
+  /** The server's descriptors the command gets as its descriptors 5, 6, … (kt-sandbox's mount templates). */
+  readonly fds?: ReadonlyArray<number> | undefined
 }
 
 /** Starts the agent process (see `make`). */
@@ -39,7 +42,7 @@ export const launch = (backend: string, command: AgentCommand, options: AgentOpt
     const child = spawnChild(command.file, [...command.args], {
       cwd: command.cwd,
       env: { ...command.env },
-      stdio: ["pipe", writeFd, "pipe"]
+      stdio: handOn(["pipe", writeFd, "pipe"], command.fds ?? [])
     })
     return new AgentClient(backend, child, fromFifo(readFd), false, options)
   } catch (error) {

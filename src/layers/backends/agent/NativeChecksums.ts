@@ -9,6 +9,8 @@
  * refused: the server never runs a helper that changed after it was built. This guards against a
  * damaged or mixed-up install; whoever can rewrite the package can rewrite its manifest and its
  * JavaScript too, so it is not an authenticity check (npm's integrity hashes cover the tarball).
+ * The check is made once, at startup, and bound to what runs: the bytes it hashed are returned, and
+ * only they are run or copied (PrivateHelpers.ts, DockerAgent.ts), never the file read again.
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
@@ -46,9 +48,9 @@ export const Manifest = Schema.Struct({
 })
 export type Manifest = typeof Manifest.Type
 
-/** A helper checked against its manifest, or why none was found (nothing here is a failure yet). */
+/** A helper checked against its manifest (`bytes`: those hashed), or why none was found (nothing here is a failure yet). */
 export type Lookup =
-  | { readonly _tag: "Verified"; readonly path: string; readonly sha256: string; readonly manifest: string }
+  | { readonly _tag: "Verified"; readonly path: string; readonly sha256: string; readonly manifest: string; readonly bytes: Uint8Array }
   | { readonly _tag: "Absent"; readonly reason: string }
 
 /** Where helpers may be, in the order they are preferred. */
@@ -91,7 +93,7 @@ export const find = (backend: string, root: string, name: string, platform: stri
             `The file changed after it was built; reinstall kilntainers (from a clone: npm run build:native -- --from-source)`
         )
       }
-      const verified: Lookup = { _tag: "Verified", path, sha256: actual, manifest: manifestPath }
+      const verified: Lookup = { _tag: "Verified", path, sha256: actual, manifest: manifestPath, bytes }
       return verified
     }
     const absent: Lookup = { _tag: "Absent", reason: absence(platform) }

@@ -9,7 +9,6 @@ import type Docker from "dockerode"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { EventEmitter } from "node:events"
-import { readFileSync } from "node:fs"
 import { PassThrough, type Duplex, type Writable } from "node:stream"
 import { ProviderError, providerError } from "../../../domain/Errors.js"
 import { fromStream } from "../agent/AgentChannel.js"
@@ -89,19 +88,27 @@ export const start = (
   docker: Docker,
   containerId: string,
   binaries: NativeBinaries.NativeBinaries,
-  options: { readonly onLost?: (reason: string) => void; readonly relayPort?: number | undefined; readonly relay?: RelayListener | undefined } = {}
+  options: {
+    readonly onLost?: (reason: string) => void
+    readonly relayPort?: number | undefined
+    readonly relay?: RelayListener | undefined
+    /** The computer can write host files: no setuid/setgid modes (the agent's --no-setid-files). */
+    readonly noSetidFiles?: boolean | undefined
+  } = {}
 ): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const fail = (what: string) => (error: unknown) =>
       providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
     const container = docker.getContainer(containerId)
-    const binary = yield* Effect.try({ try: () => readFileSync(binaries.agent), catch: fail("read") })
-    yield* Effect.tryPromise({ try: () => container.putArchive(agentArchive(binary), { path: "/" }), catch: fail("install") })
+    // The bytes checked at startup, never the file read again (NativeChecksums.ts).
+    const bytes = binaries.agentBytes
+    const archive = agentArchive(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
+    yield* Effect.tryPromise({ try: () => container.putArchive(archive, { path: "/" }), catch: fail("install") })
     const relayArgs = options.relayPort === undefined ? [] : ["--relay-port", String(options.relayPort)]
     const exec = yield* Effect.tryPromise({
       try: () =>
         container.exec({
-          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...relayArgs],
+          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...(options.noSetidFiles === true ? ["--no-setid-files"] : []), ...relayArgs],
           Env: [`PATH=${PATH}`],
           WorkingDir: "/",
           AttachStdin: true,

@@ -17,20 +17,24 @@
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
+import type * as Scope from "effect/Scope"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import type { ComputerEgress } from "../../egress/Egress.js"
 import type { FilesystemPolicy } from "../../../domain/Mounts.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import type * as Relay from "../agent/Relay.js"
+import type * as MountObjects from "../mounts/MountObjects.js"
+import * as MountTemplates from "../mounts/MountTemplates.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
-import { asProviderError } from "./DockerAgent.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
 import * as DockerMounts from "./DockerMounts.js"
+import { sharesMounts } from "./EngineNamespace.js"
 import * as PoolIds from "./PoolIds.js"
 import { parseRunFlags, parseSize } from "./DockerRunFlags.js"
 
@@ -58,7 +62,11 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly filesystem?: FilesystemPolicy | undefined
   /** An existing container (not ours) adopted as a permanent computer (AdoptedContainer.ts). */
   readonly adoptContainer?: string | undefined
-  /** Where the empty directory that masks --deny-read directories is made (else a temporary one). */
+  /**
+   * The server's state directory: warm pool records, and the user's directories staged for the
+   * engine (DockerMounts.ts; without one they are only checked), or the empty directory that masks
+   * --deny-read directories.
+   */
   readonly stateDir?: string | undefined
   /** The egress proxy's variables for every process, and its CA bundle (DockerTrust.ts). */
   readonly egress?: ComputerEgress | undefined
@@ -82,7 +90,7 @@ const parseMemory = (memory: string | undefined): Either.Either<number, string> 
 /** The settings of every container, checked before anything touches the engine. */
 const containerSettings = (
   options: DockerBackendOptions,
-  emptyDir: string
+  mounts: DockerMounts.DockerMounts | undefined
 ): Either.Either<DockerContainers.ContainerSettings, ProviderError> => {
   const invalid = (detail: string) => Either.left(providerError(options.engine, "use the settings", "Invalid", detail))
   const flags = parseRunFlags(options.runFlags)
@@ -99,36 +107,71 @@ const containerSettings = (
     pidsLimit: options.pidsLimit,
     network: options.network,
     onPullProgress: options.onPullProgress,
-    mounts: options.filesystem === undefined ? undefined : DockerMounts.containerMounts(options.filesystem, emptyDir)
+    mounts
   })
 }
 
-/** The Docker backend; fails when a setting is wrong, the engine is unreachable or the image cannot be had. */
-export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
+/**
+ * Whether a mount this server makes is what the engine sees: the server is root and the engine
+ * listens on a local socket in this mount namespace (EngineNamespace.ts).
+ */
+const stageable = (options: DockerBackendOptions): boolean => {
+  const address = DockerEngine.connectionOptions(options)
+  const socket = Either.isRight(address) ? address.right.socketPath : undefined
+  return process.getuid?.() === 0 && typeof socket === "string" && sharesMounts(socket)
+}
+
+/** Mount templates made by kt-sandbox run from the server's private copy of the bytes it checked (PrivateHelpers). */
+const templatesFrom = (engine: string, stateDir: string) => (objects: MountObjects.MountObjects) =>
+  NativeBinaries.locateHelper(engine, "kt-sandbox").pipe(
+    Effect.flatMap((helper) => PrivateHelpers.install(engine, PrivateHelpers.helpersDir(stateDir), "kt-sandbox", helper.bytes)),
+    Effect.flatMap((launcher) => MountTemplates.make(launcher, objects, "root", engine))
+  )
+
+/** The user's directories (DockerMounts.ts): staged from templates when the engine sees our mounts, else checked. */
+const userMounts = (options: DockerBackendOptions) =>
+  options.filesystem === undefined
+    ? Effect.succeed(undefined)
+    : DockerMounts.make({
+      policy: options.filesystem,
+      backend: options.engine,
+      stateDir: options.stateDir,
+      templates: stageable(options) && options.stateDir !== undefined
+        ? templatesFrom(options.engine, options.stateDir)
+        : undefined
+    })
+
+/** Whether a computer can write a host directory (its agent then refuses setuid/setgid modes). */
+const writesHostFiles = (options: DockerBackendOptions, flags: DockerContainers.ContainerSettings["flags"]): boolean =>
+  (options.filesystem?.mounts ?? []).some((mount) => !mount.volume && !mount.readOnly) ||
+  flags.binds.some((bind) => bind.startsWith("/") && !bind.split(":").slice(2).join(":").split(",").includes("ro"))
+
+/**
+ * The Docker backend, holding the user's directories for as long as the Scope lasts; fails when a
+ * setting is wrong, the engine is unreachable or the image cannot be had.
+ */
+export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const masksDirectories = (options.filesystem?.denyRead.length ?? 0) > 0
-    const emptyDir = masksDirectories
-      ? yield* Effect.try({
-        try: () => DockerMounts.emptyDirectory(options.stateDir),
-        catch: (error) => providerError(options.engine, "make the directory that masks --deny-read paths", "Failed", String(error))
-      })
-      : "/nonexistent"
-    const settings = yield* containerSettings(options, emptyDir)
+    const mounts = yield* userMounts(options)
+    const settings = yield* containerSettings(options, mounts)
     const engine = yield* DockerEngine.make(options)
     yield* DockerEngine.reachable(engine)
     yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
     // Warm pool hand-outs are recorded in the state directory (PoolIds.ts); without one, renamed.
     const poolIds = options.stateDir === undefined ? undefined : PoolIds.make(options.stateDir, engine.name)
     const containers = yield* DockerContainers.make(engine, settings, poolIds)
-    // Found once; without it every process is an Engine API exec.
-    const binaries = yield* NativeBinaries.locate(engine.name).pipe(
-      Effect.tapError((error) =>
-        Effect.logWarning(
-          `${engine.name} backend: no kt-agent (${asProviderError(engine.name, "find the agent")(error).detail}); every process will be an Engine API exec`
-        )
-      ),
-      Effect.option
-    )
+    // Found once. Without one every process is an Engine API exec; one that fails its check (changed
+    // since it was built) is never replaced by Engine exec: every computer is refused, saying why.
+    const located = yield* Effect.either(NativeBinaries.locate(engine.name))
+    const agentInvalid = Either.isLeft(located) && located.left.reason === "Invalid" ? located.left : undefined
+    if (Either.isLeft(located)) {
+      yield* Effect.logWarning(
+        agentInvalid === undefined
+          ? `${engine.name} backend: no kt-agent (${located.left.detail}); every process will be an Engine API exec`
+          : `${engine.name} backend: kt-agent failed its check (${located.left.detail}); computers will be refused`
+      )
+    }
+    const binaries = Either.getRight(located)
     const backend = Backend.of({
       name: engine.name,
       capabilities,
@@ -137,7 +180,16 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       find: containers.find,
       create: containers.create,
       start: containers.start,
-      connect: DockerConnection.connect({ engine, containers, binaries, agentRefused: new Map(), relay: options.relay, egress: options.egress }),
+      connect: DockerConnection.connect({
+        engine,
+        containers,
+        binaries,
+        agentInvalid,
+        agentRefused: new Map(),
+        relay: options.relay,
+        egress: options.egress,
+        writesHostFiles: writesHostFiles(options, settings.flags)
+      }),
       restart: containers.restart,
       remove: containers.remove,
       adopt: containers.adopt,
@@ -147,5 +199,5 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
   })
 
 /** The Docker backend as a Layer. */
-export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))
+export const layer = (options: DockerBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.scoped(Backend, make(options))
 

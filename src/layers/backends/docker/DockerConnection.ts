@@ -39,12 +39,19 @@ export interface ConnectionContext {
   readonly containers: Containers
   /** The agent's binary; none: every process is an Engine exec. */
   readonly binaries: Option.Option<NativeBinaries.NativeBinaries>
+  /** Why the agent failed its check at startup: then every computer is refused, never run without it. */
+  readonly agentInvalid?: ProviderError | undefined
   /** Images whose containers could not run the agent, and why: they use Engine exec at once. */
   readonly agentRefused: Map<string, string>
   /** A relay port inside each container whose connections the server serves (the egress proxy). */
   readonly relay?: Relay.RelaySettings | undefined
   /** The egress CA bundle, put into each container before its processes start. */
   readonly egress?: ComputerEgress | undefined
+  /**
+   * A computer can write a host directory: the agent refuses setuid/setgid modes (`--no-setid-files`),
+   * and a container without the agent gets no processes at all (nothing else would refuse them).
+   */
+  readonly writesHostFiles?: boolean | undefined
 }
 
 /**
@@ -53,7 +60,13 @@ export interface ConnectionContext {
  * computer without it would have no network at all, so the connection fails and says why.
  */
 const withoutAgent = (context: ConnectionContext, instance: Instance, why: string) =>
-  context.relay === undefined
+  context.writesHostFiles === true
+    ? Effect.fail(context.engine.fail(
+      "start the computer's agent",
+      "Unavailable",
+      `${containerName(instance.metadata.id)}: ${why}. A computer that can write a host directory (a writable --mount or --volume) runs its processes only through the agent, which refuses setuid and setgid files there; use an image whose root lets the agent be copied into ${DockerAgent.AGENT_DIR} and run there`
+    ))
+    : context.relay === undefined
     ? Effect.succeed(Option.none<AgentClient.AgentClient>())
     : Effect.fail(context.engine.fail(
       "start the computer's agent",
@@ -65,6 +78,13 @@ const withoutAgent = (context: ConnectionContext, instance: Instance, why: strin
 const startAgent = (context: ConnectionContext, instance: Instance, onLost: (reason: string) => void) =>
   Effect.gen(function*() {
     const { engine, binaries, agentRefused, relay } = context
+    if (context.agentInvalid !== undefined) {
+      return yield* engine.fail(
+        "start the computer's agent",
+        "Invalid",
+        `${containerName(instance.metadata.id)} is refused: its agent failed verification (${context.agentInvalid.detail})`
+      )
+    }
     if (Option.isNone(binaries)) return yield* withoutAgent(context, instance, `no agent binary for the engine's architecture`)
     const refused = agentRefused.get(instance.metadata.image)
     if (refused !== undefined) return yield* withoutAgent(context, instance, `containers of ${instance.metadata.image} cannot run the agent (${refused})`)
@@ -76,7 +96,8 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
       return yield* DockerAgent.start(engine.name, engine.docker, instance.providerId, binaries.value, {
         onLost,
         relayPort: relay?.port,
-        relay: listener
+        relay: listener,
+        noSetidFiles: context.writesHostFiles === true
       })
     }).pipe(Scope.extend(scope), Effect.either)
     if (started._tag === "Right") return Option.some(started.right)

@@ -40,7 +40,7 @@ import type { Instance, InstanceState, Query } from "../../../services/Backend.j
 import { coalesce } from "./Coalesce.js"
 import { type Engine, hasStatus } from "./DockerEngine.js"
 import * as DockerImage from "./DockerImage.js"
-import type { ContainerMounts } from "./DockerMounts.js"
+import type { DockerMounts } from "./DockerMounts.js"
 import { normalizeCapability, type RunFlagSettings } from "./DockerRunFlags.js"
 import type * as PoolIds from "./PoolIds.js"
 
@@ -82,13 +82,18 @@ export interface ContainerSettings {
   /** Image pull progress, one line at a time. */
   readonly onPullProgress?: ((line: string) => void) | undefined
   /** The user's own files (--mount, --deny-read, --deny-write; DockerMounts.ts). */
-  readonly mounts?: ContainerMounts | undefined
+  readonly mounts?: DockerMounts | undefined
 }
 
 /** Whether `--user` names someone other than root (`0`, `root`, with or without a group). */
 export const nonRootUser = (user: string | undefined): boolean => user !== undefined && !/^(0|root)(:|$)/.test(user.trim())
 
-const createBody = (settings: ContainerSettings, metadata: ComputerMetadata, init: boolean): Docker.ContainerCreateOptions => {
+const createBody = (
+  settings: ContainerSettings,
+  metadata: ComputerMetadata,
+  init: boolean,
+  userBinds: ReadonlyArray<string>
+): Docker.ContainerCreateOptions => {
   const { flags } = settings
   // A non-root --user gets none of root's capabilities, only those asked for with --cap-add: Docker
   // leaves them out of its effective set anyway, but Podman makes them ambient, and the user could
@@ -97,8 +102,8 @@ const createBody = (settings: ContainerSettings, metadata: ComputerMetadata, ini
   const capAdd = [...new Set([...defaults, ...flags.capAdd])].filter(
     (cap) => !flags.capDrop.map(normalizeCapability).includes(cap)
   )
-  const binds = [...flags.binds, ...(settings.mounts?.binds ?? [])]
-  const tmpfs = { ...flags.tmpfs, ...settings.mounts?.tmpfs }
+  const binds = [...flags.binds, ...userBinds]
+  const tmpfs = flags.tmpfs
   return {
     name: containerName(metadata.id),
     Image: metadata.image,
@@ -181,6 +186,10 @@ export interface ContainerState {
 export const make = (engine: Engine, settings: ContainerSettings, poolIds?: PoolIds.PoolIds) =>
   Effect.gen(function*() {
     const { docker, call, fail } = engine
+    const mounts = settings.mounts
+    /** A create, start or restart with the user's directories ready (DockerMounts.ts); `binds` are the container's. */
+    const withMounts = <A>(binds: ReadonlyArray<string> | null | undefined, effect: Effect.Effect<A, ProviderError>) =>
+      mounts === undefined ? effect : mounts.around((binds ?? []).filter((bind) => !settings.flags.binds.includes(bind)), effect)
     /** Set once the engine turned out to have no init binary: later containers reap with a shell loop. */
     const noInit = yield* Ref.make(false)
     const withoutInit = (said: string) =>
@@ -215,11 +224,15 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
 
     /** Creates and starts a container; a taken name is a Conflict. */
     const create = (metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
+      Effect.flatMap(mounts === undefined ? Effect.succeed([]) : mounts.binds(containerName(metadata.id)), (userBinds) =>
+        withMounts(userBinds, createStarted(metadata, userBinds)))
+
+    const createStarted = (metadata: ComputerMetadata, userBinds: ReadonlyArray<string>): Effect.Effect<Instance, ProviderError> =>
       Effect.gen(function*() {
         for (let attempt = 0; attempt < 3; attempt++) {
           const init = !(yield* Ref.get(noInit))
           const created = yield* call("create the container", (signal) =>
-            docker.createContainer({ ...createBody(settings, metadata, init), abortSignal: signal } as Docker.ContainerCreateOptions)).pipe(
+            docker.createContainer({ ...createBody(settings, metadata, init, userBinds), abortSignal: signal } as Docker.ContainerCreateOptions)).pipe(
               Effect.map((container) => container.id),
               Effect.either
             )
@@ -297,8 +310,11 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
           yield* call("unpause the container", (signal) => container.unpause({ abortSignal: signal }))
         } else if (!info.State.Running) {
           // 304: started meanwhile.
-          yield* call("start the container", (signal) => container.start({ abortSignal: signal })).pipe(
-            Effect.catchIf((error) => hasStatus(error, 304), () => Effect.void)
+          yield* withMounts(
+            info.HostConfig.Binds,
+            call("start the container", (signal) => container.start({ abortSignal: signal })).pipe(
+              Effect.catchIf((error) => hasStatus(error, 304), () => Effect.void)
+            )
           )
         }
         return { ...instance, state: "running" }
@@ -306,9 +322,14 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
 
     /** Restarts the container: its processes end, its writable layer stays. */
     const restart = (instance: Instance): Effect.Effect<Instance, ProviderError> =>
-      call("restart the container", (signal) => docker.getContainer(instance.providerId).restart({ t: 5, abortSignal: signal })).pipe(
-        Effect.as({ ...instance, state: "running" })
-      )
+      Effect.gen(function*() {
+        const container = docker.getContainer(instance.providerId)
+        const binds = mounts === undefined
+          ? []
+          : (yield* call("inspect the container", (signal) => container.inspect({ abortSignal: signal }))).HostConfig.Binds
+        yield* withMounts(binds, call("restart the container", (signal) => container.restart({ t: 5, abortSignal: signal })))
+        return { ...instance, state: "running" as const }
+      })
 
     /**
      * A warm pool's container handed out: its new id recorded in the state directory (no engine

@@ -22,13 +22,15 @@
  *   --add-host HOST:IP       an /etc/hosts entry
  *   --dns IP                 a DNS server
  *   --hostname NAME          the container's hostname (default: the computer id)
- *   --label K=V              an extra label (keys starting with "kilntainers" are reserved)
+ *   --label K[=V]            an extra label (`kilntainers` and `kilntainers.*`, the keys our
+ *                            containers are found and described by, are reserved)
  *   --security-opt OPT       an extra security option (no-new-privileges stays on)
  *   --sysctl K=V             a namespaced sysctl
  * Refused on purpose: --privileged, --network/--net (use --network), --pid/--ipc/--userns=host,
  * --rm/--name/--restart (managed by kilntainers).
  */
 import * as Either from "effect/Either"
+import { MARKER } from "../../../domain/ComputerMetadata.js"
 
 /** What the run flags contribute to the create body. */
 export interface RunFlagSettings {
@@ -65,6 +67,12 @@ const REFUSED: Readonly<Record<string, string>> = {
   "--name": "kilntainers names containers kilntainer-<id>",
   "--restart": "kilntainers manages the container's lifetime"
 }
+
+/**
+ * The label keys the backend reads on containers (`ComputerMetadata`'s dotted style): the marker
+ * and everything under it. `kilntainers-http-test` and the like are anyone's.
+ */
+export const isReservedLabel = (key: string) => key === MARKER || key.startsWith(`${MARKER}.`)
 
 const ALIASES: Readonly<Record<string, string>> = { "-e": "--env", "-v": "--volume", "-u": "--user" }
 const BOOLEAN_FLAGS = new Set(["--read-only"])
@@ -198,12 +206,14 @@ export const parseRunFlags = (flags: ReadonlyArray<string>): Either.Either<RunFl
         hostname = value
         break
       case "--label": {
-        const kv = keyValue(raw, value)
-        if (Either.isLeft(kv)) return Either.left(kv.left)
-        if (kv.right[0].startsWith("kilntainers")) {
-          return Either.left(`--docker-run-flag --label ${kv.right[0]}: labels starting with 'kilntainers' are reserved`)
+        // As docker run: a key alone is a label with an empty value.
+        const at = value.indexOf("=")
+        const [key, labelValue] = at < 0 ? [value, ""] : [value.slice(0, at), value.slice(at + 1)]
+        if (key.trim() === "") return Either.left(`${raw} needs KEY or KEY=VALUE, got '${value}'`)
+        if (isReservedLabel(key)) {
+          return Either.left(`--docker-run-flag --label ${key}: the label '${MARKER}' and keys under '${MARKER}.' are kilntainers' own`)
         }
-        labels[kv.right[0]] = kv.right[1]
+        labels[key] = labelValue
         break
       }
       case "--security-opt":

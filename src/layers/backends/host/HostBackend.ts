@@ -66,6 +66,7 @@ import { ownerAlive, processStartTime } from "../../ProcessOwner.js"
 import * as AgentLauncher from "../agent/AgentLauncher.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
 import * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import * as Relay from "../agent/Relay.js"
 import * as Cgroups from "./Cgroups.js"
 import * as HostTrust from "./HostTrust.js"
@@ -103,6 +104,9 @@ export const capabilities: Capabilities = capabilitiesWithout()
 export const make = (options: HostBackendOptions) =>
   Effect.gen(function*() {
     const binaries = yield* NativeBinaries.locate(NAME)
+    // The helpers run from private copies of the bytes just checked, never from the package's files.
+    const helpers = PrivateHelpers.helpersDir(resolve(options.stateDir))
+    const agent = yield* PrivateHelpers.install(NAME, helpers, "kt-agent", binaries.agentBytes)
     const sandboxed = options.sandbox === "bwrap"
     const limits = yield* Cgroups.resolveLimits(options.limits)
     const owner = { pid: process.pid, startTime: processStartTime("self") ?? "" }
@@ -111,7 +115,8 @@ export const make = (options: HostBackendOptions) =>
         bwrap: options.bwrap,
         network: options.network,
         limits,
-        agent: binaries.agent,
+        agent,
+        helpers,
         owner,
         ownerAlive: (other) => ownerAlive(other.pid, other.startTime),
         filesystem: options.filesystem
@@ -143,7 +148,7 @@ export const make = (options: HostBackendOptions) =>
         // isolated, by choice) they run as the server's user would.
         const command: AgentLauncher.AgentCommand = sandbox !== undefined
           ? { ...sandbox, cwd: home, env: MINIMAL_ENV, channel }
-          : { file: binaries.agent, args: ["--caps", "keep", "--no-seccomp", ...relayArgs], cwd: home, env: MINIMAL_ENV, channel }
+          : { file: agent, args: ["--caps", "keep", "--no-seccomp", ...relayArgs], cwd: home, env: MINIMAL_ENV, channel }
         const relay = options.relay
         const listener = relay === undefined ? undefined : yield* Relay.listener((connection) => relay.handler(id, connection))
         // Closing the Scope shuts the agent down: it ends every process tree it started.
@@ -178,4 +183,4 @@ export const make = (options: HostBackendOptions) =>
   })
 
 /** The host backend as a Layer; fails when the sandbox cannot work here, saying how to fix it. */
-export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.effect(Backend, make(options))
+export const layer = (options: HostBackendOptions): Layer.Layer<Backend, ProviderError> => Layer.scoped(Backend, make(options))

@@ -1,8 +1,10 @@
 /**
- * The user's own files in a host computer (see `domain/Mounts.ts`): each --mount bound at its
- * target, --deny-write paths inside writable mounts bound again read-only, --deny-read paths masked
- * (an empty read-only tmpfs on a directory, /dev/null on a file) wherever the sandbox would show
- * them: inside a mount, or under /usr, /etc, /opt and /bin, /sbin, /lib*.
+ * The user's own files in a host computer (see `domain/Mounts.ts`): each --mount copied out of its
+ * mount template (`mounts/MountTemplates.ts`) at its target, with its --deny-write paths read-only
+ * and its --deny-read paths hidden on the objects themselves, so that renaming or replacing
+ * anything in a shared directory changes nothing; and --deny-read paths in the system directories
+ * the sandbox shows (/usr, /etc, /opt and /bin, /sbin, /lib*, which no computer can write) masked
+ * where they are: an empty read-only tmpfs on a directory, /dev/null on a file.
  *
  * Ownership: when the server is root, every computer runs as a dedicated unprivileged host uid
  * (GuestUser.ts), which could not write the user's files. kt-sandbox therefore idmaps each mount
@@ -16,6 +18,8 @@
  */
 import { statSync } from "node:fs"
 import * as Mounts from "../../../domain/Mounts.js"
+import type { MountObjects } from "../mounts/MountObjects.js"
+import type { MountTemplates } from "../mounts/MountTemplates.js"
 import type { Bind } from "./Launcher.js"
 
 /** Host directories the sandbox shows read-only (Sandbox.ts, EtcView.ts). */
@@ -30,25 +34,19 @@ const exists = (path: string) => {
 }
 
 /** The binds and masks of a policy, in the order bubblewrap must make them (after the workspace). */
-export const binds = (policy: Mounts.FilesystemPolicy): Array<Bind> => {
-  const hostMounts = policy.mounts.filter((mount) => !mount.volume)
-  const result: Array<Bind> = Mounts.ordered(hostMounts).map((mount) => ({
-    source: mount.source,
-    dest: mount.target,
-    mode: mount.readOnly ? "user-read-only" : "user-read-write"
-  }))
-  for (const path of policy.denyWrite) {
-    if (exists(path) === undefined) continue
-    for (const place of Mounts.placesOf(hostMounts, path)) {
-      if (!place.mount.readOnly) result.push({ source: path, dest: place.at, mode: "user-read-only" })
+export const binds = (policy: Mounts.FilesystemPolicy, objects?: MountObjects, templates?: MountTemplates): Array<Bind> => {
+  const result: Array<Bind> = []
+  if (objects !== undefined && templates !== undefined) {
+    const depth = (target: string) => target.split("/").length
+    for (const held of [...objects.mounts].sort((a, b) => depth(a.mount.target) - depth(b.mount.target))) {
+      const [template, fd] = templates.spec(held)
+      result.push({ dest: held.mount.target, mode: held.mount.readOnly ? "user-read-only" : "user-read-write", template: [template, fd] })
     }
   }
   for (const path of policy.denyRead) {
     const kind = exists(path)
-    if (kind === undefined) continue
-    const places = Mounts.placesOf(hostMounts, path).map((place) => place.at)
-    if (VISIBLE.some((base) => Mounts.within(path, base))) places.push(path)
-    for (const dest of new Set(places)) result.push({ source: "", dest, mode: kind === "directory" ? "mask-directory" : "mask-file" })
+    if (kind === undefined || !VISIBLE.some((base) => Mounts.within(path, base))) continue
+    result.push({ dest: path, mode: kind === "directory" ? "mask-directory" : "mask-file" })
   }
   return result
 }

@@ -10,12 +10,15 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import { release } from "node:os"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { locateHelper } from "../agent/NativeBinaries.js"
+import { locateHelper, type VerifiedHelper } from "../agent/NativeBinaries.js"
+import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import * as Cgroups from "./Cgroups.js"
 import * as GuestUser from "./GuestUser.js"
 import type { HostIds } from "./GuestUser.js"
 import * as HostMounts from "./HostMounts.js"
 import type { FilesystemPolicy } from "../../../domain/Mounts.js"
+import * as MountObjects from "../mounts/MountObjects.js"
+import * as MountTemplates from "../mounts/MountTemplates.js"
 import { bwrapFeatures, checkBwrap, findBwrap, sandboxArgs, type SandboxLayout, sealArgs } from "./Sandbox.js"
 
 const NAME = "host"
@@ -28,30 +31,24 @@ const kernelAtLeast = (major: number, minor: number) => {
 export const SANDBOX_LAUNCHER = "/run/kt-sandbox"
 
 /** Finds `kt-sandbox`, checked against its manifest (NativeBinaries.locateHelper). */
-export const locate: Effect.Effect<string, ProviderError> = locateHelper(NAME, "kt-sandbox")
+export const locate: Effect.Effect<VerifiedHelper, ProviderError> = locateHelper(NAME, "kt-sandbox")
 
 /**
- * A host path the sandbox sees at `dest`: bound (staged by kt-sandbox, so the unprivileged uid
- * need not reach it), or, for "copy", an executable copied into the sandbox's own tmpfs, so that
- * the sandbox's mount table does not show where kilntainers is installed.
+ * What the sandbox sees at `dest`:
+ *   - a host path, bound (staged by kt-sandbox, so the unprivileged uid need not reach it), or, for
+ *     "copy", an executable copied into the sandbox's own tmpfs, so that the sandbox's mount table
+ *     does not show where kilntainers is installed;
+ *   - "mask-*": nothing (`dest` hidden);
+ *   - "user-*": the user's own directory (--mount), copied out of its mount template with the deny
+ *     rules on it (MountTemplates.ts; `template` is kt-sandbox's TEMPLATE and FD), idmapped to the
+ *     computer's uid when the server is root (HostMounts.ts).
  */
-export interface Bind {
-  readonly source: string
-  readonly dest: string
-  /**
-   * "user-*": the user's own files (--mount), idmapped to the computer's uid when the server is
-   * root (HostMounts.ts); "mask-*": `dest` hidden (no source).
-   */
-  readonly mode: "read-write" | "read-only" | "copy" | "user-read-write" | "user-read-only" | "mask-directory" | "mask-file"
-}
+export type Bind =
+  | { readonly source: string; readonly dest: string; readonly mode: "read-write" | "read-only" | "copy" }
+  | { readonly dest: string; readonly mode: "mask-directory" | "mask-file" }
+  | { readonly dest: string; readonly mode: "user-read-write" | "user-read-only"; readonly template: readonly [string, string] }
 
-const bindOption = {
-  "read-write": "--kt-bind",
-  "read-only": "--kt-ro-bind",
-  copy: "--kt-exec",
-  "user-read-write": "--kt-user-bind",
-  "user-read-only": "--kt-user-ro-bind"
-} as const
+const bindOption = { "read-write": "--kt-bind", "read-only": "--kt-ro-bind", copy: "--kt-exec" } as const
 
 const bindArgs = (bind: Bind): Array<string> => {
   switch (bind.mode) {
@@ -59,6 +56,9 @@ const bindArgs = (bind: Bind): Array<string> => {
       return ["--tmpfs", bind.dest, "--remount-ro", bind.dest]
     case "mask-file":
       return ["--ro-bind", "/dev/null", bind.dest]
+    case "user-read-write":
+    case "user-read-only":
+      return [bind.mode === "user-read-write" ? "--kt-user-bind" : "--kt-user-ro-bind", ...bind.template, bind.dest]
     default:
       return [bindOption[bind.mode], bind.source, bind.dest]
   }
@@ -71,6 +71,8 @@ export interface LaunchSpec {
   /** The computer's host uid/gid when the server is root; undefined: the server's own. */
   readonly ids: HostIds | undefined
   readonly cgroups: ReadonlyArray<string>
+  /** kt-sandbox's options naming the mount templates (MountTemplates.ts), when there are any. */
+  readonly templates?: ReadonlyArray<string> | undefined
   readonly binds: ReadonlyArray<Bind>
   /** RLIMIT_NPROC inside the sandbox; undefined: none. */
   readonly nproc: number | undefined
@@ -80,10 +82,13 @@ export interface LaunchSpec {
 
 /** The launcher's command line for one sandbox. */
 export const launchArgs = (spec: LaunchSpec): Array<string> => [
-  // The channel (stdin/stdout) bypasses bubblewrap's init, whose descriptors the guest can open.
+  // The channel (stdin/stdout) and the agent's stderr bypass bubblewrap's init, whose descriptors
+  // the guest can take (it is dumpable and runs as the guest's uid): its own stderr is a pipe that
+  // only kt-sandbox's relay reads, and only until the sandbox is set up (kt-sandbox.c, step 6).
   "--channel",
   ...(spec.ids === undefined ? [] : ["--uid", String(spec.ids.uid), "--gid", String(spec.ids.gid)]),
   ...spec.cgroups.flatMap((dir) => ["--cgroup", dir]),
+  ...(spec.templates ?? []),
   "--",
   spec.bwrap,
   ...sandboxArgs(spec.layout),
@@ -92,7 +97,7 @@ export const launchArgs = (spec: LaunchSpec): Array<string> => [
   ...sealArgs(),
   "--chdir", spec.cwd,
   "--",
-  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--stdio", "3", "4", "--",
+  SANDBOX_LAUNCHER, ...(spec.nproc === undefined ? [] : ["--nproc", String(spec.nproc)]), "--sync", "8", "--stdio", "3", "4", "7", "--",
   ...spec.command
 ]
 
@@ -106,8 +111,10 @@ export interface LauncherOptions {
   readonly bwrap: string | undefined
   readonly network: boolean
   readonly limits: Cgroups.Limits
-  /** kt-agent on the host. */
+  /** kt-agent on the host: the server's private copy (PrivateHelpers.ts). */
   readonly agent: string
+  /** Where the server keeps private copies of the helpers it runs (PrivateHelpers.helpersDir). */
+  readonly helpers: string
   /** This server, and how to tell whether another server is alive (stale cgroups). */
   readonly owner: Owner
   readonly ownerAlive: (owner: Owner) => boolean
@@ -133,17 +140,23 @@ export interface SandboxLauncher {
   /** Creates the computer's cgroups (removed with the Scope) and gives the command that starts its agent. */
   readonly prepare: (
     computer: ComputerSandbox
-  ) => Effect.Effect<{ readonly file: string; readonly args: ReadonlyArray<string> }, ProviderError, Scope.Scope>
+  ) => Effect.Effect<
+    { readonly file: string; readonly args: ReadonlyArray<string>; readonly fds: ReadonlyArray<number> },
+    ProviderError,
+    Scope.Scope
+  >
 }
 
 /**
  * Checks that sandboxes can start here (as the unprivileged uid when the server is root), finds
- * where computers can be limited, removes cgroups of dead servers and says on stderr what is
- * limited and what is not.
+ * where computers can be limited, removes cgroups of dead servers, holds the user's directories
+ * and their templates for as long as the Scope lasts, and says on stderr what is limited and what
+ * is not.
  */
-export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, ProviderError> =>
+export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const launcher = yield* locate
+    // kt-sandbox runs, and is copied into each sandbox, from the server's copy of the bytes it checked.
+    const launcher = yield* PrivateHelpers.install(NAME, options.helpers, "kt-sandbox", (yield* locate).bytes)
     const bwrap = findBwrap(options.bwrap)
     const features = bwrap === undefined ? { disableUserns: false, tmpfsSize: false } : bwrapFeatures(bwrap)
     const root = GuestUser.serverIsRoot()
@@ -176,8 +189,15 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
     }
 
     const filesystem = options.filesystem
-    const userBinds = filesystem === undefined ? [] : HostMounts.binds(filesystem)
+    const objects = filesystem === undefined ? undefined : yield* MountObjects.hold(filesystem, NAME)
+    const templates = objects === undefined ? undefined : yield* MountTemplates.make(launcher, objects, root ? "root" : "userns", NAME)
+    const userBinds = filesystem === undefined ? [] : HostMounts.binds(filesystem, objects, templates)
     const setidArgs = filesystem !== undefined && HostMounts.writable(filesystem) ? ["--no-setid-files"] : []
+    /** A source removed since the server started refuses the start, naming the mount. */
+    const sourcesPresent = Effect.forEach(objects?.mounts ?? [], (held) =>
+      MountObjects.present(held.object)
+        ? Effect.void
+        : providerError(NAME, "start the sandbox", "NotFound", `${MountObjects.mountLabel(held.mount)}: its host directory was removed`), { discard: true })
 
     const cgroups = yield* Cgroups.plan
     yield* Cgroups.reapStale(cgroups, options.ownerAlive)
@@ -197,6 +217,7 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
       prepare: (computer) =>
         Effect.gen(function*() {
           if (bwrap === undefined) return yield* providerError(NAME, "start the sandbox", "Unavailable", "bubblewrap is missing")
+          yield* sourcesPresent
           const dirs = yield* Cgroups.create(cgroups, Cgroups.cgroupName(options.owner, computer.key), options.limits)
           return {
             file: launcher,
@@ -204,6 +225,7 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
               layout: layout(computer.id),
               ids: computer.ids,
               cgroups: dirs,
+              templates: templates?.options,
               binds: [
                 { source: computer.home, dest: SANDBOX_HOME, mode: "read-write" },
                 { source: options.agent, dest: SANDBOX_AGENT, mode: "copy" },
@@ -214,7 +236,8 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
               cwd: SANDBOX_HOME,
               // Guests lose every capability and get the agent's seccomp filter.
               command: [SANDBOX_AGENT, "--caps", "drop", ...setidArgs, ...computer.agentArgs]
-            })
+            }),
+            fds: templates?.fds ?? []
           }
         })
     }

@@ -117,10 +117,16 @@ export const sandboxArgs = (options: SandboxLayout): Array<string> => {
 export const sealArgs = (): Array<string> => ["--remount-ro", "/"]
 
 const run = (file: string, args: ReadonlyArray<string>) =>
-  Effect.async<{ readonly code: number | null; readonly stderr: string; readonly message: string; readonly notFound: boolean }>((resume) => {
+  Effect.async<{
+    readonly code: number | null
+    readonly stderr: string
+    readonly message: string
+    readonly notFound: boolean
+    readonly notRunnable: boolean
+  }>((resume) => {
     const child = execFile(file, [...args], { env: MINIMAL_ENV, timeout: 20_000 }, (error, _stdout, stderr) => {
       const code = error ? (typeof error.code === "number" ? error.code : null) : 0
-      resume(Effect.succeed({ code, stderr, message: error?.message ?? "", notFound: error?.code === "ENOENT" }))
+      resume(Effect.succeed({ code, stderr, message: error?.message ?? "", notFound: error?.code === "ENOENT", notRunnable: error?.code === "EACCES" }))
     })
     return Effect.sync(() => child.kill("SIGKILL"))
   })
@@ -142,6 +148,10 @@ export const checkBwrap = (bwrap: string | undefined, command: (bwrap: string) =
     const { file, args } = command(bwrap)
     const result = yield* run(file, args)
     if (result.notFound) return yield* fail(`the sandbox launcher ${file} is missing; run 'npm run build:native'`)
+    if (result.notRunnable) {
+      // The launcher runs from the server's private copy in the state directory (PrivateHelpers.ts).
+      return yield* fail(`the sandbox launcher ${file} cannot be run (EACCES): is the state directory on a filesystem mounted noexec? Choose another --state-dir`)
+    }
     if (result.code === 0) return
     const said = result.stderr.trim() || result.message || `exit code ${result.code}`
     const who = asUid === undefined ? "" : ` as the unprivileged uid ${asUid} that computers run as when the server is root`

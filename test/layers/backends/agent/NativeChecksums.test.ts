@@ -39,7 +39,8 @@ describe("NativeChecksums", () => {
         _tag: "Verified",
         path: join(root, "prebuilt", "linux-arm64", "kt-sandbox"),
         sha256: sha256("arm sandbox"),
-        manifest: join(root, "prebuilt", "manifest.json")
+        manifest: join(root, "prebuilt", "manifest.json"),
+        bytes: Buffer.from("arm sandbox")
       })
     }))
 
@@ -69,6 +70,18 @@ describe("NativeChecksums", () => {
       assert.include(error.detail, sha256("built here, then changed"))
       assert.include(error.detail, sha256("built here"))
       assert.include(error.detail, "reinstall kilntainers")
+    }))
+
+  it.effect("hands out the bytes it checked: a file changed after the check changes nothing handed out", () =>
+    Effect.gen(function*() {
+      const root = packageDir()
+      writeHelpers(root, "native/build", "linux-x64", ".", { "kt-agent": "checked" })
+      const found = yield* NativeChecksums.find("host", root, "kt-agent", "linux-x64")
+      writeFileSync(join(root, "native", "build", "kt-agent"), "changed since")
+      assert.strictEqual(found._tag, "Verified")
+      if (found._tag !== "Verified") return
+      assert.strictEqual(Buffer.from(found.bytes).toString(), "checked")
+      assert.strictEqual(createHash("sha256").update(found.bytes).digest("hex"), found.sha256)
     }))
 
   it.effect("refuses a helper the manifest lists but that is gone", () =>

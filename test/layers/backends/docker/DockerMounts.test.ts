@@ -2,12 +2,16 @@
  * The user's directories in Docker computers (--mount, --deny-read, --deny-write) and an adopted
  * container (--docker-container), through the kernel against a real engine: writes land in the host
  * directory, read-only mounts and deny-write paths refuse writes, denied paths are unreadable,
- * symlinks in a mount cannot lead out; the adopted container runs our processes, is listed, and
+ * symlinks in a mount cannot lead out — both ways the engine gets them (DockerMounts.ts): staged
+ * copies of the templates (a root server with a state directory), and checked paths (without one,
+ * as a server that cannot mount gets them), where a source replaced since a container was made
+ * refuses that container's start. The adopted container runs our processes, is listed, and
  * survives delete and factory reset attempts and the server's shutdown.
  */
 import { assert, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { spawnSync } from "node:child_process"
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
@@ -77,6 +81,65 @@ describeIf(dockerWorks, requirement())("the user's directories in Docker compute
       assert.strictEqual(readFileSync(join(project, "locked", "config"), "utf8"), "fixed\n")
       assert.strictEqual(readFileSync(join(project, "secret", "key"), "utf8"), "SECRET-KEY\n")
     }))
+})
+
+describeIf(dockerWorks, requirement())("how the engine gets the user's directories", () => {
+  // Staged copies need a root server in the engine's mount namespace; any other gets checked paths.
+  const staged = process.getuid?.() === 0 ? it.scopedLive : it.scopedLive.skip
+  staged("staged: with a state directory the engine binds copies made for each start, and none is left mounted", () =>
+    Effect.gen(function*() {
+      const stateDir = mkdtempSync(join(root, "state-"))
+      const staging = join(stateDir, "engine-mounts")
+      const { computers, processes } = yield* server({ workdir: "/work/project" }, { filesystem: policy, stateDir })
+      const id = computerId("staged")
+      const first = yield* processes.exec("s", { command: "cat a.txt; ls -A secret; echo no >> locked/config", computer_id: id })
+      assert.strictEqual(first.stdout, "from the host\n")
+      assert.match(first.stderr, /locked\/config.*Read-only file system/)
+      const info = yield* Effect.promise(() => docker().getContainer(`kilntainer-${id}`).inspect())
+      const binds = info.HostConfig.Binds ?? []
+      assert.isTrue(binds.every((bind) => bind.startsWith(`${staging}/`)), `binds not staged: ${binds.join(", ")}`)
+      const mounted = () => readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((line) => line.includes(staging))
+      assert.deepStrictEqual(mounted(), [])
+      yield* computers.restart("s", id)
+      const again = yield* processes.exec("s", { command: "cat a.txt", computer_id: id })
+      assert.strictEqual(again.stdout, "from the host\n")
+      assert.deepStrictEqual(mounted(), [])
+    }), 120_000)
+
+  staged("staged: a crash's leftovers are swept when the backend starts, another server's staging in progress is not", () =>
+    Effect.gen(function*() {
+      const stateDir = mkdtempSync(join(root, "state-"))
+      const staging = join(stateDir, "engine-mounts")
+      const point = (container: string) => join(staging, container, "k")
+      for (const container of ["crashed", "busy"]) {
+        mkdirSync(point(container), { recursive: true })
+        assert.strictEqual(spawnSync("mount", ["--bind", docs, point(container)]).status, 0)
+      }
+      const hourAgo = new Date(Date.now() - 3_600_000)
+      utimesSync(join(staging, "crashed"), hourAgo, hourAgo)
+      const mounted = () => readFileSync("/proc/self/mountinfo", "utf8").split("\n").filter((line) => line.includes(staging)).length
+      yield* Effect.addFinalizer(() => Effect.sync(() => spawnSync("umount", ["--lazy", point("busy")])))
+      yield* server({}, { filesystem: policy, stateDir })
+      assert.isFalse(existsSync(join(staging, "crashed")), "the crash's leftovers are still there")
+      assert.strictEqual(mounted(), 1, "the other server's staging was touched")
+      assert.strictEqual(readFileSync(join(point("busy"), "readme"), "utf8"), "docs\n")
+    }), 120_000)
+
+  it.scopedLive("checked: a source replaced since a container was made refuses its start, and a new container gets it where it is", () =>
+    Effect.gen(function*() {
+      const source = join(root, "checked")
+      mkdirSync(source)
+      writeFileSync(join(source, "c.txt"), "checked\n")
+      const { computers, processes } = yield* server({}, { filesystem: { mounts: [{ source, target: "/work/c", readOnly: false }], denyRead: [], denyWrite: [] } })
+      const id = computerId("checked")
+      assert.strictEqual((yield* processes.exec("s", { command: "cat /work/c/c.txt", computer_id: id })).stdout, "checked\n")
+      renameSync(source, `${source}.moved`)
+      symlinkSync(outside, source)
+      const refused = yield* Effect.flip(computers.restart("s", id))
+      assert.match(refused.message, /mounts no longer match the host.*factory-reset/)
+      const fresh = yield* processes.exec("s", { command: "cat /work/c/c.txt; ls /work/c", computer_id: computerId("checked") })
+      assert.strictEqual(fresh.stdout, "checked\nc.txt\n")
+    }), 120_000)
 })
 
 describeIf(dockerWorks, requirement())("an adopted container", () => {

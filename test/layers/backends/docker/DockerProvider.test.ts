@@ -100,6 +100,18 @@ describe("DockerRunFlags", () => {
     assert.isUndefined(parseSize("lots"))
   })
 
+  it("reserves only the labels the backend reads (kilntainers, kilntainers.*) and takes a key alone, as docker run", () => {
+    for (const key of ["kilntainers", "kilntainers.computer-id", "kilntainers.anything"]) {
+      const refused = parseRunFlags(["--label", `${key}=x`])
+      assert.isTrue(Either.isLeft(refused) && refused.left.includes("kilntainers' own"), key)
+    }
+    const theirs = Either.getOrThrow(parseRunFlags([
+      "--label", "kilntainers-http-test", "--label=kilntainers_run=1", "--label kilntainersx=2", "--label=team"
+    ]))
+    assert.deepStrictEqual(theirs.labels, { "kilntainers-http-test": "", kilntainers_run: "1", kilntainersx: "2", team: "" })
+    assert.isTrue(Either.isLeft(parseRunFlags(["--label", "=x"])))
+  })
+
   it("maps engine addresses like DOCKER_HOST", () => {
     const unix = Either.getOrThrow(DockerBackend.connectionOptions({ engine: "docker", dockerHost: "unix:///tmp/d.sock" }))
     assert.strictEqual(unix.socketPath, "/tmp/d.sock")
@@ -121,12 +133,12 @@ describe("DockerRunFlags", () => {
         [{ cpu: 0 }, "invalid CPU count 0"],
         [{ pidsLimit: 1.5 }, "invalid pids limit 1.5"]
       ] as const) {
-        const error = yield* Effect.flip(provider({ ...nowhere, ...overrides }))
+        const error = yield* Effect.flip(Effect.scoped(provider({ ...nowhere, ...overrides })))
         assert.strictEqual(error._tag, "ProviderError")
         assert.strictEqual(error.reason, "Invalid")
         assert.include(error.message, said)
       }
-      const unreachable = yield* Effect.flip(provider(nowhere))
+      const unreachable = yield* Effect.flip(Effect.scoped(provider(nowhere)))
       assert.strictEqual(unreachable.reason, "Unavailable")
       assert.include(
         unreachable.message,
@@ -147,13 +159,13 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
   it.live("a missing image that cannot be pulled is a clear error", () =>
     Effect.gen(function*() {
       const lines: Array<string> = []
-      const error = yield* Effect.flip(provider({ image: "kilntainers-test/missing-image:nope", onPullProgress: (line) => lines.push(line) }))
+      const error = yield* Effect.flip(Effect.scoped(provider({ image: "kilntainers-test/missing-image:nope", onPullProgress: (line) => lines.push(line) })))
       assert.strictEqual(error._tag, "ProviderError")
       assert.include(error.message, `'kilntainers-test/missing-image:nope' is not present on the ${TEST_ENGINE} engine`)
       assert.include(error.message, "pulling it failed")
     }))
 
-  it.live("a limit the engine cannot set fails the create with how to lower it, and leaves no container", () =>
+  it.scopedLive("a limit the engine cannot set fails the create with how to lower it, and leaves no container", () =>
     Effect.gen(function*() {
       // Above fs.nr_open: no engine can give it, whatever its capabilities.
       const backend = yield* provider({ runFlags: ["--ulimit=nofile=2000000:2000000"] })

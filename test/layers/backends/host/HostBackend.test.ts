@@ -63,7 +63,7 @@ const agentPid = (id: string) => {
 describe("HostBackend (provider calls)", () => {
   it.live("refuses to start without bwrap and says how to fix it", () =>
     Effect.gen(function*() {
-      const error = yield* Effect.flip(HostBackend.make({ stateDir: root, network: false, sandbox: "bwrap", bwrap: "/nonexistent/bwrap" }))
+      const error = yield* Effect.flip(Effect.scoped(HostBackend.make({ stateDir: root, network: false, sandbox: "bwrap", bwrap: "/nonexistent/bwrap" })))
       assert.strictEqual(error._tag, "ProviderError")
       assert.strictEqual(error.reason, "Unavailable")
       assert.include(error.message, "host backend: cannot start sandboxes:")
@@ -73,7 +73,7 @@ describe("HostBackend (provider calls)", () => {
 
   it.live("refuses invalid limits as Invalid", () =>
     Effect.gen(function*() {
-      const error = yield* Effect.flip(HostBackend.make({ stateDir: root, network: false, sandbox: "none", limits: { pids: 3 } }))
+      const error = yield* Effect.flip(Effect.scoped(HostBackend.make({ stateDir: root, network: false, sandbox: "none", limits: { pids: 3 } })))
       assert.strictEqual(error.reason, "Invalid")
       assert.include(error.message, "invalid pids limit 3")
     }))

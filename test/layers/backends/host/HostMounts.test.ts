@@ -1,7 +1,9 @@
 /**
  * The user's own directories in a host computer (--mount, --deny-read, --deny-write): writes land in
  * the host directory owned by its owner, read-only mounts and deny-write paths refuse writes, denied
- * paths are unreadable, nothing else of the host becomes writable, and symlinks cannot lead out.
+ * paths are unreadable, nothing else of the host becomes writable, symlinks cannot lead out; a file
+ * mount, one directory at two places, a deny-write on a whole mount, and a source removed after the
+ * backend started (that start is refused, naming the mount).
  */
 import { assert, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -116,6 +118,40 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.notInclude(out.stdout, "work")
       assert.include(out.stdout, "home")
     }), 30_000)
+
+  it.scopedLive("a file, one directory at two places, a deny-write on a whole mount; a removed source refuses the start", () =>
+    Effect.gen(function*() {
+      const extra = join(root, "extra")
+      mkdirSync(join(extra, "shared"), { recursive: true })
+      writeFileSync(join(extra, "single.txt"), "one file\n")
+      writeFileSync(join(extra, "shared", "s.txt"), "shared\n")
+      if (serverIsRoot) chownSync(join(extra, "shared"), OWNER, OWNER)
+      const gone = join(extra, "gone")
+      mkdirSync(gone)
+      const backend = yield* HostBackend.make({
+        stateDir,
+        network: false,
+        sandbox: "bwrap",
+        filesystem: {
+          mounts: [
+            { source: join(extra, "single.txt"), target: "/home/agent/single.txt", readOnly: false },
+            { source: join(extra, "shared"), target: "/home/agent/one", readOnly: false },
+            { source: join(extra, "shared"), target: "/home/agent/two", readOnly: false },
+            { source: gone, target: "/home/agent/gone", readOnly: false }
+          ],
+          denyRead: [],
+          denyWrite: [join(extra, "shared")]
+        }
+      })
+      const { connection } = yield* open(backend, `mounts-${process.pid}-${++counter}`)
+      const out = yield* run(connection, sh("cat single.txt one/s.txt two/s.txt; touch one/x two/x; echo end"))
+      assert.strictEqual(out.stdout, "one file\nshared\nshared\nend\n")
+      assert.match(out.stderr, /one\/x.*Read-only file system/)
+      assert.match(out.stderr, /two\/x.*Read-only file system/)
+      rmSync(gone, { recursive: true })
+      const refused = yield* Effect.flip(open(backend, `mounts-${process.pid}-${++counter}`))
+      assert.include(String((refused as Error).message), `--mount ${gone}:/home/agent/gone: its host directory was removed`)
+    }), 60_000)
 
   it.scopedLive("no setuid or setgid file can be made in a writable mount", () =>
     Effect.gen(function*() {
