@@ -47,7 +47,7 @@ fake.api.store.create(TEMPLATES, fake.namespace, {
   metadata: { name: "baseline" },
   spec: { podTemplate: { spec: { containers: [{ name: "c", image: "none", command: ["sleep", "infinity"] }] } } }
 })
-const baselineCount = Math.min(count, 200)
+const baselineCount = Math.min(count, 100)
 const baselineStart = performance.now()
 await pool(baselineCount, async (i) => {
   fake.api.store.create(CLAIMS, fake.namespace, { metadata: { name: `base-${i}` }, spec: { sandboxTemplateRef: { name: "baseline" } } })
@@ -87,7 +87,10 @@ await server.call("computer_delete", { computer_id: "warm" })
 await new Promise((resolve) => setTimeout(resolve, 1000))
 const before = await memory()
 const started = performance.now()
-await pool(count, (i) => use(`scale-${i}`))
+await pool(count, async (i) => {
+  await use(`scale-${i}`)
+  if ((i + 1) % 100 === 0) process.stderr.write(`  ${i + 1} created, ${((performance.now() - started) / 1000).toFixed(0)} s\n`)
+})
 const createSeconds = (performance.now() - started) / 1000
 await new Promise((resolve) => setTimeout(resolve, 2000))
 const after = await memory()

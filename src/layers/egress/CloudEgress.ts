@@ -124,9 +124,6 @@ export const modalOutbound = (settings: EgressSettings): Either.Either<ModalOutb
   const domains: Array<string> = []
   const cidrs: Array<string> = []
   for (const pattern of policy.allow) {
-    if (pattern.match._tag === "Subdomains" && isIP(pattern.match.suffix) !== 0) {
-      return Either.left(`--allow-host ${pattern.text}: Modal's domain allowlist takes names, and an address has no subdomains`)
-    }
     const entry = entryOf(pattern)
     const family = isIP(entry)
     if (family === 4) cidrs.push(`${entry}/32`)

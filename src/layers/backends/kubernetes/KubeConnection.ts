@@ -21,7 +21,6 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import { readFileSync } from "node:fs"
 import { type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
 import { fromStream } from "../agent/AgentChannel.js"
@@ -69,7 +68,7 @@ export const podOf = (context: Pick<ConnectionContext, "api" | "namespace" | "wa
   })
 
 /** Copies the agent into the pod; answers its path there. */
-const install = (context: ConnectionContext, pod: string, binary: Buffer) =>
+const install = (context: ConnectionContext, pod: string, binary: Uint8Array) =>
   PodExec.run(context.api, context.namespace, pod, ["/bin/sh", "-c", INSTALL, "kt", String(binary.length)], binary).pipe(
     Effect.flatMap((result) =>
       result.code === 0 && result.stdout.trim().startsWith("/")
@@ -89,11 +88,8 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
         return Deferred.succeed(lost, reason)
       })
     const pod = yield* podOf(context, claimName)
-    const binary = yield* Effect.try({
-      try: () => readFileSync(context.binaries.agent),
-      catch: (error) => kubeError("read the agent", "Unavailable", String(error), error)
-    })
-    const path = yield* install(context, pod, binary)
+    // The bytes checked against the manifest at startup, never the file as it is now.
+    const path = yield* install(context, pod, context.binaries.agentBytes)
     const exec = yield* PodExec.open(context.api, context.namespace, pod, [path, "--no-parent", "--caps", "keep"], { stdin: true, tty: false })
     const agentDied = yield* Deferred.make<string>()
     const client = yield* Effect.acquireRelease(

@@ -167,7 +167,7 @@ export const open = (
 const RUN_TIMEOUT = "120 seconds"
 
 /** Runs a command to its end: its output and exit code (`input` is written to its stdin first). */
-export const run = (api: KubeApi, namespace: string, pod: string, argv: ReadonlyArray<string>, input?: Buffer) =>
+export const run = (api: KubeApi, namespace: string, pod: string, argv: ReadonlyArray<string>, input?: Uint8Array) =>
   Effect.scoped(Effect.gen(function*() {
     const process = yield* open(api, namespace, pod, argv, { stdin: input !== undefined, tty: false })
     const out: Array<Buffer> = []
