@@ -6,7 +6,7 @@ import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Exit, Scope, Stream } from "effect"
+import { Effect, Exit, Scope } from "effect"
 
 const load = (built, source) => built().catch(source)
 const AgentLauncher = await load(() => import("../dist/src/layers/backends/agent/AgentLauncher.js"), () => import("../src/layers/backends/agent/AgentLauncher.ts"))
@@ -59,7 +59,7 @@ const bare = (argv, onData) =>
     child.on("close", (code) => resolve(code))
   })
 
-// The whole host backend (bwrap sandbox, Effect scopes, event Stream), as the runtime uses it.
+// The whole host backend (bwrap sandbox, Effect scopes, the output pull), as the runtime uses it.
 const computer = await Effect.runPromise(Scope.extend(
   Effect.gen(function*() {
     const backend = yield* HostBackend.make({ stateDir: dir, network: false, sandbox: "bwrap" })
@@ -69,10 +69,13 @@ const computer = await Effect.runPromise(Scope.extend(
   }),
   scope
 ))
+/** Reads a process's output to its end, as the kernel does: a loop over its pull. */
+const drain = (p) => Effect.matchEffect(p.pull, { onFailure: () => Effect.void, onSuccess: () => Effect.suspend(() => drain(p)) })
+
 const viaBackend = (argv) =>
   Effect.runPromise(Effect.scoped(Effect.flatMap(
     computer.spawn({ argv, cwd: "/home/agent", env }),
-    (p) => p.events.pipe(Stream.runDrain)
+    drain
   )))
 
 const p50 = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]

@@ -7,14 +7,14 @@
 // src/ even when dist/ exists; needs vite-node).
 import { execFile } from "node:child_process"
 import Docker from "dockerode"
-import { Effect, Exit, Scope, Stream } from "effect"
+import { Effect, Exit, Scope } from "effect"
 
 const load = (built, source) => (process.argv.includes("--source") ? source() : built().catch(source))
 const DockerBackend = await load(
   () => import("../dist/src/layers/backends/docker/DockerBackend.js"),
   () => import("../src/layers/backends/docker/DockerBackend.ts")
 )
-const ProcessOwner = await load(() => import("../dist/src/layers/ProcessOwner.js"), () => import("../src/layers/ProcessOwner.ts"))
+const ProcessOwner = await load(() => import("../dist/src/layers/server/ProcessOwner.js"), () => import("../src/layers/server/ProcessOwner.ts"))
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(name)
@@ -48,10 +48,13 @@ const instance = await Effect.runPromise(backend.create({
 const computer = await Effect.runPromise(Scope.extend(backend.connect(instance), scope))
 const container = new Docker({ socketPath: "/var/run/docker.sock" }).getContainer(instance.providerId)
 
+/** Reads a process's output to its end, as the kernel does: a loop over its pull. */
+const drain = (p) => Effect.matchEffect(p.pull, { onFailure: () => Effect.void, onSuccess: () => Effect.suspend(() => drain(p)) })
+
 const viaBackend = () =>
   Effect.runPromise(Effect.scoped(Effect.flatMap(
     computer.spawn({ argv: ["true"], cwd: "/home/agent", env }),
-    (p) => p.events.pipe(Stream.runDrain)
+    drain
   )))
 
 const bareExec = async () => {

@@ -6,6 +6,7 @@ import { resolve } from "node:path"
 import type * as E2BBackendModule from "../src/layers/backends/e2b/E2BBackend.js"
 import type * as BackendModule from "../src/services/Backend.js"
 import type * as E2BFakeModule from "../test/support/E2BFake.js"
+import { ownedEvents } from "../src/services/Backend.js"
 
 const root = resolve(process.argv[2] ?? ".")
 const fakeRoot = resolve(process.argv[3] ?? root)
@@ -39,7 +40,7 @@ const figures = await Effect.runPromise(Effect.gen(function*() {
     yield* Effect.scoped(Effect.gen(function*() {
       const process = yield* computer.spawn({ argv, cwd: E2BFake.FAKE_HOME, env })
       t1 = performance.now()
-      yield* process.events.pipe(Stream.runForEach((event) => Effect.sync(() => void (event._tag === "Stdout" && (bytes += event.data.length)))))
+      yield* ownedEvents(process).pipe(Stream.runForEach((event) => Effect.sync(() => void (event._tag === "Stdout" && (bytes += event.data.length)))))
       t2 = performance.now()
     }))
     return { start: t1 - t0, read: t2 - t1, close: performance.now() - t2, total: performance.now() - t0, bytes }

@@ -15,7 +15,7 @@ import { createServer, type AddressInfo } from "node:net"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import * as AuditLog from "../src/layers/egress/AuditLog.js"
+import * as AuditLog from "../src/layers/AuditLog.js"
 import * as Egress from "../src/layers/egress/Egress.js"
 import { defaultSettings } from "../src/services/Settings.js"
 

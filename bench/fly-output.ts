@@ -9,7 +9,7 @@
 //   calls       exec calls per second made during the whole run
 import { Chunk, Effect, Fiber, Redacted, Stream } from "effect"
 import * as FlyBackend from "../src/layers/backends/fly/FlyBackend.js"
-import type { BackendProcess } from "../src/services/Backend.js"
+import { type BackendProcess, ownedEvents } from "../src/services/Backend.js"
 import { Backend } from "../src/services/Backend.js"
 import type { RateLimit } from "../test/support/FlyFake.js"
 import { startFlyFake } from "../test/support/FlyFake.js"
@@ -19,7 +19,7 @@ const percentile = (values: ReadonlyArray<number>, p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN
 }
 const spec = (argv: ReadonlyArray<string>) => ({ argv, cwd: FlyBackend.HOME, env: { PATH: "/usr/bin:/bin" } })
-const drain = (process: BackendProcess) => Effect.map(Stream.runCollect(process.events), Chunk.toReadonlyArray)
+const drain = (process: BackendProcess) => Effect.map(Stream.runCollect(ownedEvents(process)), Chunk.toReadonlyArray)
 
 const measure = (label: string, limit: RateLimit | false) =>
   Effect.gen(function*() {
@@ -49,7 +49,7 @@ const measure = (label: string, limit: RateLimit | false) =>
 
       const lines: Array<number> = []
       const ticker = yield* computer.spawn(spec(["sh", "-c", "i=0; while [ $i -lt 150 ]; do date +%s%3N; sleep 0.1; i=$((i+1)); done"]))
-      yield* Stream.runForEach(ticker.events, (event) =>
+      yield* Stream.runForEach(ownedEvents(ticker), (event) =>
         Effect.sync(() => {
           if (event._tag !== "Stdout") return
           const now = Date.now()
@@ -60,7 +60,7 @@ const measure = (label: string, limit: RateLimit | false) =>
       const seen: Array<number> = []
       let pending: { text: string; at: number } | undefined
       let buffer = ""
-      const reader = yield* Stream.runForEach(cat.events, (event) =>
+      const reader = yield* Stream.runForEach(ownedEvents(cat), (event) =>
         Effect.sync(() => {
           if (event._tag !== "Stdout") return
           buffer += Buffer.from(event.data).toString()

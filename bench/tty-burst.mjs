@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Exit, Layer, Scope, Stream } from "effect"
+import { Effect, Exit, Layer, Scope } from "effect"
 
 const load = (built, source) => built().catch(source)
 const arg = (name, fallback) => {
@@ -22,7 +22,7 @@ const HostBackend = which === "docker"
 const DockerBackend = which === "host"
   ? undefined
   : await load(() => import("../dist/src/layers/backends/docker/DockerBackend.js"), () => import("../src/layers/backends/docker/DockerBackend.ts"))
-const { Backend } = await load(() => import("../dist/src/services/Backend.js"), () => import("../src/services/Backend.ts"))
+const { Backend, forEachEventChunk } = await load(() => import("../dist/src/services/Backend.js"), () => import("../src/services/Backend.ts"))
 const env = { PATH: "/usr/local/bin:/usr/bin:/bin", TERM: "xterm-256color" }
 
 /** `seq 1 100000` on a terminal: each line and its \r\n. */
@@ -37,12 +37,15 @@ const burst = (computer, cwd) =>
     let tail = Buffer.alloc(0)
     let exit
     let afterExit = 0
-    yield* Stream.runForEach(process.events, (event) => Effect.sync(() => {
-      if (event._tag === "Exit") exit = event.exit
-      else {
-        bytes += event.data.byteLength
-        if (exit !== undefined) afterExit += event.data.byteLength
-        tail = Buffer.concat([tail, event.data]).subarray(-MARKER.length)
+    // As the kernel reads output: a loop over the process's pull (its bytes are borrowed until the next pull).
+    yield* forEachEventChunk(process, (events) => Effect.sync(() => {
+      for (const event of events) {
+        if (event._tag === "Exit") exit = event.exit
+        else {
+          bytes += event.data.byteLength
+          if (exit !== undefined) afterExit += event.data.byteLength
+          tail = Buffer.concat([tail, event.data]).subarray(-MARKER.length)
+        }
       }
     }))
     return { bytes, marker: tail.equals(MARKER), exit, afterExit }

@@ -1,5 +1,5 @@
 import { Effect } from "effect"
-import { HostBackend, Processes, Runtime, Settings } from "kilntainers"
+import { decoding, HostBackend, Processes, Runtime, Settings } from "kilntainers"
 
 // A runtime over the host backend: each computer is a bubblewrap sandbox around a workspace.
 const stateDir = "/tmp/kilntainers-example"
@@ -9,7 +9,8 @@ const kilntainers = Runtime.layer(
 )
 
 export const program = Effect.gen(function*() {
-  const processes = yield* Processes
+  // Inputs are plain values here, decoded (and checked) on the way in, as MCP decodes a tool's arguments.
+  const processes = decoding(yield* Processes)
   // Calls name their session ("example") and may name a computer; it is created on first use.
   // One-shot command, like the sandbox_exec tool:
   const hello = yield* processes.exec("example", { computer_id: "my-app", command: "echo hello from $(hostname)" })

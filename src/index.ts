@@ -14,13 +14,15 @@ export * from "./services/Computers.js"
 /** @category services */
 export * from "./services/Processes.js"
 /** @category services */
+export * from "./services/ProcessInputs.js"
+/** @category services */
 export * from "./services/Settings.js"
 /** @category actors */
 export { OutputLog, truncateMiddle } from "./actors/OutputLog.js"
 /** @category actors */
 export { TerminalScreen } from "./actors/TerminalScreen.js"
-/** @category actors */
-export { parseStdinEscapes } from "./actors/StdinEscapes.js"
+/** @category domain */
+export { parseStdinEscapes } from "./domain/StdinEscapes.js"
 /** @category layers */
 export * as HostBackend from "./layers/backends/host/HostBackend.js"
 /** @category layers */
@@ -31,6 +33,8 @@ export * as Kilntainers from "./layers/Main.js"
 export * as McpServer from "./layers/mcp/McpServer.js"
 /** @category layers */
 export * as Tracing from "./layers/tracing/Tracing.js"
+/** @category services */
+export * as Spans from "./services/Spans.js"
 /** @category layers */
 export * as HttpServer from "./layers/mcp/HttpServer.js"
 /** @category layers */

@@ -1,17 +1,14 @@
 /**
  * A computer as an actor: the one owner of its lifecycle on every backend.
  *
- * It holds the provider's `Instance`, the `Connection` its processes run through (in a child
- * Scope, replaced at every restart, reset or recovery: a new generation), the sessions that hold it,
- * its processes (a FiberMap: a process belongs to its computer, never to the request that started
- * it) and the lease renewal. Lifecycle steps are serialised by one permit: processes end first
- * (SIGTERM, a grace, then kill; `ps` records why), then the provider acts. Nothing outside mutates
- * its state; the provider is a set of stateless calls.
- *
- *   creating ─▶ running ─▶ restarting / resetting / recovering ─▶ running
- *       │          │
- *       ▼          ├─▶ lost (the provider reported it gone; recovered on next use)
- *     failed       └─▶ deleting ─▶ deleted          closing ─▶ closed (released / shutdown)
+ * Its state is one `ComputerLife` value (ComputerLife.ts: where it is in its life, the provider's
+ * `Instance`, and while it runs the `Connection` its processes run through, in a child Scope
+ * replaced at every restart, reset or recovery: a new generation), written only by `become` — the
+ * steps, a loss, the lease renewal's answer and the finalizer all go through it. Beside it: the
+ * sessions that hold it, its processes (a FiberMap: a process belongs to its computer, never to the
+ * request that started it) and the lease renewal. Lifecycle steps are serialised by one permit:
+ * processes end first (SIGTERM, a grace, then kill; `ps` records why), then the provider acts.
+ * Nothing outside mutates its state; the provider is a set of stateless calls.
  */
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
@@ -23,13 +20,14 @@ import * as Random from "effect/Random"
 import * as Scope from "effect/Scope"
 import type { ComputerMetadata } from "../domain/ComputerMetadata.js"
 import { ComputerUnavailable, type ProviderError, providerError, Unsupported } from "../domain/Errors.js"
-import type { Backend, Connection, Instance, SpawnSpec } from "../services/Backend.js"
+import type { Backend, Instance, SpawnSpec } from "../services/Backend.js"
 import type { ProcessRequest } from "../services/Computers.js"
 import * as ComputerAudit from "./ComputerAudit.js"
 import { computerInfo } from "./ComputerInfo.js"
 import * as ExternalComputer from "./ExternalComputer.js"
-import * as Tracing from "../layers/tracing/Tracing.js"
-import type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
+import * as Spans from "../services/Spans.js"
+import type { ComputerActor, ComputerActorOptions, Origin } from "./ComputerActorApi.js"
+import { ComputerLife, ending, stateOf, whyOf } from "./ComputerLife.js"
 import * as ComputerProcesses from "./ComputerProcesses.js"
 import * as LeaseRenewal from "./LeaseRenewal.js"
 import { runToCompletion } from "./RunToCompletion.js"
@@ -53,15 +51,15 @@ export const make = (
 ): Effect.Effect<ComputerActor, never, Scope.Scope> =>
   Effect.gen(function*() {
     const actorScope = yield* Effect.scope
+    /** The one state; `become` is its only writer. */
+    let life: ComputerLife = ComputerLife.Creating({ instance: undefined })
+    /** Identity: changes once, when a warm pool hands the computer out (`adopt`). */
     let id = options.id
-    let state: ComputerState = "creating"
-    let why: string | undefined
-    let instance: Instance | undefined
-    let connection: { readonly value: Connection; readonly scope: Scope.CloseableScope } | undefined
-    let generation = 0
-    let createdAt = yield* Clock.currentTimeMillis
     let shared = options.shared
     const owners = new Set(options.session === "" ? [] : [options.session])
+    /** Connections made so far: the next one's generation. */
+    let generations = 0
+    const startedAt = yield* Clock.currentTimeMillis
     const processes = yield* ComputerProcesses.make({ computerId: () => id, backend: backend.name, killGraceMs: options.killGraceMs })
     const lifecycle = yield* Effect.makeSemaphore(1)
     const ready = yield* Deferred.make<void, ProviderError>()
@@ -71,100 +69,103 @@ export const make = (
     const closed = yield* Deferred.make<void>()
     const deleted = yield* Deferred.make<void>()
     const label = () => `computer ${id}`
+
+    const become = (next: ComputerLife) => {
+      life = next
+    }
+    const instanceNow = () => life.instance
+    /** When the provider made it (its metadata), else when this actor began. */
+    const createdAt = () => {
+      const created = Date.parse(life.instance?.metadata.created ?? "")
+      return Number.isNaN(created) ? startedAt : created
+    }
+    /** Closes a connection the state no longer holds. */
+    const close = (left: ComputerLife) => (left._tag === "Running" ? Scope.close(left.connection.scope, Exit.void) : Effect.void)
+
     /** A step's span and audit entry. */
     const traced = ComputerAudit.lifecycle(options.audit, () => ({ computer: id, backend: backend.name, session: options.session }))
     /** What every lifecycle span of this computer says. */
     const spanned = () => ({
-      [Tracing.Attr.backend]: backend.name,
-      [Tracing.Attr.computerId]: id,
-      [Tracing.Attr.temporary]: options.temporary,
-      [Tracing.Attr.generation]: generation,
-      ...(instance === undefined ? {} : { [Tracing.Attr.providerId]: instance.providerId })
-    })
-
-    const setInstance = (next: Instance) => {
-      instance = next
-      const created = Date.parse(next.metadata.created)
-      if (!Number.isNaN(created)) createdAt = created
-    }
-
-    const disconnect = Effect.suspend(() => {
-      const current = connection
-      connection = undefined
-      return current === undefined ? Effect.void : Scope.close(current.scope, Exit.void)
+      [Spans.Attr.backend]: backend.name,
+      [Spans.Attr.computerId]: id,
+      [Spans.Attr.temporary]: options.temporary,
+      [Spans.Attr.generation]: generations,
+      ...(life.instance === undefined ? {} : { [Spans.Attr.providerId]: life.instance.providerId })
     })
 
     /** A lost computer: its processes end (ps says why) and its connection goes. */
-    const markLost = (reason: string, forGeneration: number) =>
+    const markLost = (reason: string, generation: number) =>
+      Effect.suspend(() => {
+        const left = life
+        if (left._tag !== "Running" || left.connection.generation !== generation) return Effect.void
+        become(ComputerLife.Lost({ instance: left.instance, why: reason }))
+        return Effect.logWarning(`${label()} was lost: ${reason}`).pipe(
+          Effect.zipRight(processes.lost(reason)),
+          Effect.zipRight(close(left)),
+          traced("lost", () => ({ ...spanned(), [Spans.Attr.reason]: reason }), { root: true })
+        )
+      })
+
+    /** Connects to `target`: a new generation, watched for loss. The caller makes it the state. */
+    const connect = (target: Instance) =>
       Effect.gen(function*() {
-        if (state !== "running" || generation !== forGeneration) return
-        state = "lost"
-        why = reason
-        yield* Effect.logWarning(`${label()} was lost: ${reason}`)
-        yield* processes.lost(reason)
-        yield* disconnect
-      }).pipe(traced("lost", () => ({ ...spanned(), [Tracing.Attr.reason]: reason }), { root: true }))
+        const scope = yield* Scope.fork(connections, ExecutionStrategy.sequential)
+        const value = yield* backend.connect(target).pipe(
+          Scope.extend(scope),
+          Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
+        )
+        const generation = ++generations
+        yield* Spans.annotate(() => ({ [Spans.Attr.generation]: generation, [Spans.Attr.providerId]: target.providerId }))
+        yield* value.lost.pipe(
+          Effect.flatMap((reason) => lifecycle.withPermits(1)(markLost(reason, generation))),
+          Effect.forkIn(scope)
+        )
+        return ComputerLife.Running({ instance: target, connection: { value, scope, generation } })
+      })
 
-    /** Connects to the current instance: a new generation, watched for loss. */
-    const connect = Effect.gen(function*() {
-      const target = instance!
-      const scope = yield* Scope.fork(connections, ExecutionStrategy.sequential)
-      const value = yield* backend.connect(target).pipe(
-        Scope.extend(scope),
-        Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
-      )
-      const current = ++generation
-      connection = { value, scope }
-      yield* Tracing.annotate(() => ({ [Tracing.Attr.generation]: current, [Tracing.Attr.providerId]: target.providerId }))
-      yield* value.lost.pipe(
-        Effect.flatMap((reason) => lifecycle.withPermits(1)(markLost(reason, current))),
-        Effect.forkIn(scope)
-      )
-    })
-
-    const metadataFor = Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const metadata: ComputerMetadata = {
-        id,
-        temporary: options.temporary,
-        image: instance?.metadata.image ?? backend.image,
-        created: iso(now),
-        instance: options.server.instanceId,
-        owner: options.server.owner,
-        nonce: yield* nonce,
-        ...(backend.renewal === undefined ? {} : { expires: iso(now + backend.renewal.leaseMs) }),
-        ...(origin._tag === "Create" && origin.pooled && instance === undefined ? { pooled: true } : {})
-      }
-      return metadata
-    })
-
-    /** Creates the computer; a name taken meanwhile by our own computer of the same kind is attached instead. */
-    const create = Effect.gen(function*() {
-      const metadata = yield* metadataFor
-      const created = yield* backend.create(metadata).pipe(
-        Effect.catchIf((error) => error.reason === "Conflict", (error) =>
-          backend.find({ id }).pipe(
-            Effect.flatMap((found) => {
-              const ours = found.find((candidate) =>
-                candidate.metadata.temporary === options.temporary &&
-                (!options.temporary || candidate.metadata.nonce === metadata.nonce)
-              )
-              return ours === undefined ? Effect.fail(error) : startIfNeeded(ours)
-            })
-          ))
-      )
-      setInstance(created)
-    })
+    /** The metadata of a new computer; `previous` is the one a factory reset replaces. */
+    const metadataFor = (previous: Instance | undefined) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const metadata: ComputerMetadata = {
+          id,
+          temporary: options.temporary,
+          image: previous?.metadata.image ?? backend.image,
+          created: iso(now),
+          instance: options.server.instanceId,
+          owner: options.server.owner,
+          nonce: yield* nonce,
+          ...(backend.renewal === undefined ? {} : { expires: iso(now + backend.renewal.leaseMs) }),
+          ...(origin._tag === "Create" && origin.pooled && previous === undefined ? { pooled: true } : {})
+        }
+        return metadata
+      })
 
     const startIfNeeded = (found: Instance) => found.state === "running" ? Effect.succeed(found) : backend.start(found)
 
+    /** Creates the computer; a name taken meanwhile by our own computer of the same kind is attached instead. */
+    const create = (previous: Instance | undefined) =>
+      Effect.gen(function*() {
+        const metadata = yield* metadataFor(previous)
+        return yield* backend.create(metadata).pipe(
+          Effect.catchIf((error) => error.reason === "Conflict", (error) =>
+            backend.find({ id }).pipe(
+              Effect.flatMap((found) => {
+                const ours = found.find((candidate) =>
+                  candidate.metadata.temporary === options.temporary &&
+                  (!options.temporary || candidate.metadata.nonce === metadata.nonce)
+                )
+                return ours === undefined ? Effect.fail(error) : startIfNeeded(ours)
+              })
+            ))
+        )
+      })
+
     /** The first step: create or attach, then connect. */
     const open = Effect.gen(function*() {
-      if (origin._tag === "Create") yield* create
-      else setInstance(yield* startIfNeeded(origin.instance))
-      yield* connect
-      state = "running"
-      why = undefined
+      const instance = origin._tag === "Create" ? yield* create(undefined) : yield* startIfNeeded(origin.instance)
+      become(ComputerLife.Creating({ instance }))
+      become(yield* connect(instance))
     })
 
     yield* lifecycle.withPermits(1)(open).pipe(
@@ -175,9 +176,9 @@ export const make = (
       Effect.onExit((exit) =>
         Exit.isSuccess(exit)
           ? Deferred.succeed(ready, undefined)
-          : Effect.sync(() => {
-            state = "failed"
-          }).pipe(Effect.zipRight(Deferred.failCause(ready, exit.cause)))
+          : Effect.sync(() => become(ComputerLife.Failed({ instance: instanceNow() }))).pipe(
+            Effect.zipRight(Deferred.failCause(ready, exit.cause))
+          )
       ),
       Effect.forkScoped
     )
@@ -185,10 +186,12 @@ export const make = (
     // Lease renewal / keep-alive: the provider extends the computer's life while this server holds it.
     if (backend.renewal !== undefined) {
       yield* LeaseRenewal.keep(backend.renewal, {
-        current: () => (state === "running" ? instance : undefined),
-        renewed: (before, after) => {
-          if (instance === before) instance = after
-        },
+        current: () => (life._tag === "Running" ? life.instance : undefined),
+        // The provider's answer replaces the instance it renewed, if the computer still runs on it.
+        renewed: (before, after) =>
+          Effect.sync(() => {
+            if (life._tag === "Running" && life.instance === before) become(ComputerLife.Running({ ...life, instance: after }))
+          }),
         traced: spanned,
         label
       })
@@ -196,12 +199,13 @@ export const make = (
 
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
-        const wasDeleted = state === "deleted"
-        state = wasDeleted ? "deleted" : "closing"
+        const left = life
+        const wasDeleted = left._tag === "Deleted"
+        if (!wasDeleted) become(ComputerLife.Closing({ instance: left.instance }))
         yield* processes.endAll(`${label()} closed`)
-        yield* disconnect
-        if (!wasDeleted && instance !== undefined) {
-          const target = instance
+        yield* close(left)
+        if (!wasDeleted && left.instance !== undefined) {
+          const target = left.instance
           const release = options.temporary ? backend.remove(target) : (backend.suspend?.(target) ?? Effect.void)
           yield* release.pipe(
             Effect.interruptible,
@@ -209,18 +213,18 @@ export const make = (
             Effect.catchAll((error) => Effect.logWarning(`${label()}: cannot release it: ${String(error)}`))
           )
         }
-        if (!wasDeleted) state = "closed"
+        if (!wasDeleted) become(ComputerLife.Closed({ instance: left.instance }))
         yield* Deferred.succeed(closed, undefined)
       }).pipe(traced("release", () => ({
         ...spanned(),
-        "kilntainers.computer.release": state === "deleted" ? "none" : options.temporary ? "remove" : "suspend"
+        "kilntainers.computer.release": life._tag === "Deleted" ? "none" : options.temporary ? "remove" : "suspend"
       })))
     )
 
     const usable = Effect.suspend(() =>
-      state === "running" && connection !== undefined
-        ? Effect.succeed(connection.value)
-        : Effect.fail(new ComputerUnavailable({ id, state, ...(why === undefined ? {} : { why }) }))
+      life._tag === "Running"
+        ? Effect.succeed(life.connection.value)
+        : Effect.fail(new ComputerUnavailable({ id, state: stateOf(life), ...(whyOf(life) === undefined ? {} : { why: whyOf(life)! }) }))
     )
 
     const spawn = (request: ProcessRequest) => Effect.flatMap(usable, (target) => processes.spawn(target, request))
@@ -228,27 +232,31 @@ export const make = (
     const run = (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) =>
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
 
-    /** A serialised lifecycle step: processes end first, then the provider acts, then a new connection. */
-    const step = <E>(during: ComputerState, done: string, name: Tracing.LifecycleStep, act: Effect.Effect<void, E>) =>
+    /**
+     * A serialised lifecycle step: processes end first (while the connection still stands), then it
+     * closes, then the provider acts and answers the new state; a failure leaves the computer lost,
+     * saying `failed`.
+     */
+    const step = <E>(
+      during: (had: { readonly instance: Instance | undefined }) => ComputerLife,
+      ended: string,
+      failed: string,
+      name: Spans.LifecycleStep,
+      act: (instance: Instance) => Effect.Effect<ComputerLife, E>
+    ) =>
       lifecycle.withPermits(1)(
         Effect.gen(function*() {
-          if (state === "deleted" || state === "closing" || state === "closed") {
-            return yield* new ComputerUnavailable({ id, state })
-          }
-          state = during
-          yield* processes.endAll(`${label()} ${done}`)
-          yield* disconnect
-          yield* act.pipe(Effect.onExit((exit) =>
-            Effect.sync(() => {
-              if (Exit.isSuccess(exit)) {
-                state = "running"
-                why = undefined
-              } else {
-                state = "lost"
-                why = `${done.replace(/ed$/, "")} failed`
-              }
-            })
-          ))
+          const left = life
+          // A computer never created (failed) has nothing to restart or reset.
+          if (ending(left) || left.instance === undefined) return yield* new ComputerUnavailable({ id, state: stateOf(left) })
+          const instance = left.instance
+          become(during({ instance }))
+          yield* processes.endAll(`${label()} ${ended}`)
+          yield* close(left)
+          yield* act(instance).pipe(
+            Effect.tapError(() => Effect.sync(() => become(ComputerLife.Lost({ instance: instanceNow(), why: failed })))),
+            Effect.map(become)
+          )
         }).pipe(traced(name, spanned))
       )
 
@@ -256,58 +264,73 @@ export const make = (
 
     /** Adopted computers refuse restart, reset and delete before any process is touched. */
     const unlessExternal = <A, E>(what: string, effect: Effect.Effect<A, E>) =>
-      Effect.zipRight(Effect.suspend(() => ExternalComputer.refuse(backend.name, instance, what)), effect)
+      Effect.zipRight(Effect.suspend(() => ExternalComputer.refuse(backend.name, instanceNow(), what)), effect)
 
-    const restart = backend.capabilities.restart ? unlessExternal("restart", step("restarting", "restarted", "restart", Effect.gen(function*() {
-      setInstance(yield* backend.restart(instance!))
-      yield* connect
-    }))) : Effect.fail(unsupported("restarting a computer while keeping its files"))
+    const restart = backend.capabilities.restart
+      ? unlessExternal(
+        "restart",
+        step(ComputerLife.Restarting, "restarted", "restart failed", "restart", (instance) =>
+          Effect.gen(function*() {
+            const restarted = yield* backend.restart(instance)
+            become(ComputerLife.Restarting({ instance: restarted }))
+            return yield* connect(restarted)
+          }))
+      )
+      : Effect.fail(unsupported("restarting a computer while keeping its files"))
 
-    const factoryReset = backend.capabilities.factoryReset ? unlessExternal("factory reset", step("resetting", "factory reset", "reset", Effect.gen(function*() {
-      yield* backend.remove(instance!)
-      yield* create
-      yield* connect
-    }))) : Effect.fail(unsupported("factory reset"))
+    const factoryReset = backend.capabilities.factoryReset
+      ? unlessExternal(
+        "factory reset",
+        step(ComputerLife.Resetting, "factory reset", "factory reset failed", "reset", (instance) =>
+          Effect.gen(function*() {
+            yield* backend.remove(instance)
+            const created = yield* create(instance)
+            become(ComputerLife.Resetting({ instance: created }))
+            return yield* connect(created)
+          }))
+      )
+      : Effect.fail(unsupported("factory reset"))
 
-    const recover = lifecycle.withPermits(1)(Effect.gen(function*() {
-      if (state !== "lost") return
-      state = "recovering"
-      yield* Effect.logInfo(`${label()} was lost; opening it again`)
-      const found = yield* backend.find({ id })
-      const ours = found.find((candidate) => candidate.metadata.temporary === options.temporary && candidate.state !== "gone")
-      if (ours !== undefined) setInstance(yield* startIfNeeded(ours))
-      else yield* create
-      yield* connect
-      state = "running"
-      why = undefined
-    }).pipe(
-      Effect.tapError(() => Effect.sync(() => {
-        state = "lost"
-      })),
-      traced("recover", spanned)
-    ))
+    const recover = lifecycle.withPermits(1)(Effect.suspend(() => {
+      const left = life
+      if (left._tag !== "Lost") return Effect.void
+      become(ComputerLife.Recovering({ instance: left.instance }))
+      return Effect.gen(function*() {
+        yield* Effect.logInfo(`${label()} was lost; opening it again`)
+        const found = yield* backend.find({ id })
+        const ours = found.find((candidate) => candidate.metadata.temporary === options.temporary && candidate.state !== "gone")
+        const instance = ours !== undefined ? yield* startIfNeeded(ours) : yield* create(left.instance)
+        become(ComputerLife.Recovering({ instance }))
+        become(yield* connect(instance))
+      }).pipe(
+        // Still lost, for the reason it was lost.
+        Effect.tapError(() => Effect.sync(() => become(ComputerLife.Lost({ instance: instanceNow(), why: left.why })))),
+        traced("recover", spanned)
+      )
+    }))
 
-    const destroy = unlessExternal("delete", lifecycle.withPermits(1)(Effect.gen(function*() {
-      if (state === "deleted") return
-      state = "deleting"
-      yield* processes.endAll(`${label()} deleted`)
-      yield* disconnect
-      if (instance !== undefined) yield* backend.remove(instance)
-      state = "deleted"
-      yield* Deferred.succeed(deleted, undefined)
-    }).pipe(
-      Effect.tapError(() => Effect.sync(() => {
-        state = "lost"
-        why = "delete failed"
-      })),
-      traced("delete", spanned)
-    )))
+    const destroy = unlessExternal("delete", lifecycle.withPermits(1)(Effect.suspend(() => {
+      const left = life
+      if (left._tag === "Deleted") return Effect.void
+      become(ComputerLife.Deleting({ instance: left.instance }))
+      return Effect.gen(function*() {
+        yield* processes.endAll(`${label()} deleted`)
+        yield* close(left)
+        if (left.instance !== undefined) yield* backend.remove(left.instance)
+        become(ComputerLife.Deleted({ instance: left.instance }))
+        yield* Deferred.succeed(deleted, undefined)
+      }).pipe(
+        Effect.tapError(() => Effect.sync(() => become(ComputerLife.Lost({ instance: left.instance, why: "delete failed" })))),
+        traced("delete", spanned)
+      )
+    })))
 
     const liveProcesses = processes.running
 
     const info = Effect.gen(function*() {
-      const facts = { id, backend: backend.name, state, temporary: options.temporary, instance, createdAt, warnBeforeEndMs: options.warnBeforeEndMs }
-      return computerInfo({ ...facts, processes: yield* liveProcesses }, yield* Clock.currentTimeMillis)
+      const facts = { id, backend: backend.name, state: stateOf(life), temporary: options.temporary, instance: life.instance }
+      const more = { createdAt: createdAt(), warnBeforeEndMs: options.warnBeforeEndMs, processes: yield* liveProcesses }
+      return computerInfo({ ...facts, ...more }, yield* Clock.currentTimeMillis)
     })
 
     const adopt = (request: { readonly id: string; readonly session: string; readonly shared: boolean }) =>
@@ -315,11 +338,12 @@ export const make = (
         if (backend.adopt === undefined) {
           return yield* new Unsupported({ backend: backend.name, feature: "warm pools (its computers cannot be renamed)" })
         }
-        if (state !== "running" || instance === undefined) {
-          return yield* new ComputerUnavailable({ id, state })
-        }
-        const { pooled: _pooled, ...metadata } = instance.metadata
-        setInstance(yield* backend.adopt(instance, { ...metadata, id: request.id }))
+        const current = life
+        if (current._tag !== "Running") return yield* new ComputerUnavailable({ id, state: stateOf(current) })
+        const { pooled: _pooled, ...metadata } = current.instance.metadata
+        const adopted = yield* backend.adopt(current.instance, { ...metadata, id: request.id })
+        // The renewal may have answered meanwhile: the adopted instance is the latest.
+        if (life._tag === "Running") become(ComputerLife.Running({ ...life, instance: adopted }))
         id = request.id
         shared = request.shared
         owners.add(request.session)
@@ -337,23 +361,24 @@ export const make = (
       backendName: backend.name,
       incarnation: options.incarnation,
       get home() {
-        return connection?.value.home ?? ""
+        return life._tag === "Running" ? life.connection.value.home : ""
       },
-      providerId: Effect.sync(() => instance?.providerId ?? ""),
+      providerId: Effect.sync(() => life.instance?.providerId ?? ""),
       visibleTo: (session) => !options.temporary || shared || owners.has(session),
       spawn,
       run,
       closed: Deferred.await(closed),
       deleted: Deferred.await(deleted),
       ready: Deferred.await(ready),
-      state: Effect.sync(() => state),
+      state: Effect.sync(() => stateOf(life)),
       info,
       warning: Effect.map(info, (current) => current.warning),
       hold: (session) => Effect.sync(() => void owners.add(session)),
-      release: (session) => Effect.sync(() => {
-        owners.delete(session)
-        return owners.size > 0
-      }),
+      release: (session) =>
+        Effect.sync(() => {
+          owners.delete(session)
+          return owners.size > 0
+        }),
       share: Effect.sync(() => {
         shared = true
       }),
@@ -366,8 +391,3 @@ export const make = (
     }
     return actor
   })
-
-/** Whether a computer found at the provider is another server's temporary one (never ours to take). */
-export const isForeignTemporary = (found: Instance, server: ServerIdentity) =>
-  found.metadata.temporary && found.metadata.instance !== server.instanceId
-

@@ -1,18 +1,18 @@
 /**
  * A computer's lifecycle steps as the audit log records them (`type: "computer"`): each step gets
- * its span (Tracing.lifecycle) and, once it ends, one entry saying what happened and, when it
+ * its span (Spans.lifecycle) and, once it ends, one entry saying what happened and, when it
  * failed, why. Kept out of ComputerActor so that the actor only names its steps.
  */
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type { ComputerEvent } from "../services/AuditLog.js"
-import * as Tracing from "../layers/tracing/Tracing.js"
+import * as Spans from "../services/Spans.js"
 
 /** Where a computer's lifecycle entries go (the audit log's `record`). */
 export type LifecycleRecorder = (event: ComputerEvent) => Effect.Effect<void>
 
-const EVENTS: Partial<Record<Tracing.LifecycleStep, ComputerEvent["event"]>> = {
+const EVENTS: Partial<Record<Spans.LifecycleStep, ComputerEvent["event"]>> = {
   create: "created",
   attach: "attached",
   recover: "recovered",
@@ -38,21 +38,21 @@ const failureText = (cause: Cause.Cause<unknown>) => {
   return `failed: ${message.split("\n")[0]}`
 }
 
-const detailOf = (step: Tracing.LifecycleStep, attributes: Tracing.Attributes): string | undefined => {
-  if (step === "lost") return String(attributes[Tracing.Attr.reason] ?? "")
+const detailOf = (step: Spans.LifecycleStep, attributes: Spans.Attributes): string | undefined => {
+  if (step === "lost") return String(attributes[Spans.Attr.reason] ?? "")
   if (step === "release") return String(attributes["kilntainers.computer.release"] ?? "") || undefined
-  if (step === "adopt") return `from the warm pool (${String(attributes[Tracing.Attr.computerId] ?? "")})`
+  if (step === "adopt") return `from the warm pool (${String(attributes[Spans.Attr.computerId] ?? "")})`
   return undefined
 }
 
 /**
- * `Tracing.lifecycle`, plus the step's audit entry when `record` is given. Interrupted steps (the
+ * `Spans.lifecycle`, plus the step's audit entry when `record` is given. Interrupted steps (the
  * server shutting down), lease renewals and the release of a deleted computer are not recorded.
  */
 export const lifecycle = (record: LifecycleRecorder | undefined, facts: () => ComputerFacts) =>
-  (step: Tracing.LifecycleStep, attributes: () => Tracing.Attributes, options: { readonly root?: boolean } = {}) =>
+  (step: Spans.LifecycleStep, attributes: () => Spans.Attributes, options: { readonly root?: boolean } = {}) =>
   <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
-    const traced = Tracing.lifecycle(step, attributes, options)(effect)
+    const traced = Spans.lifecycle(step, attributes, options)(effect)
     const event = EVENTS[step]
     if (record === undefined || event === undefined) return traced
     // The facts as the step starts (the span reads them then too): an adoption renames the computer.

@@ -15,7 +15,7 @@ import { type ProviderError, SpawnFailed } from "../domain/Errors.js"
 import type { Connection } from "../services/Backend.js"
 import type { ProcessRequest } from "../services/Computers.js"
 import type { ProcessHandle } from "../services/Processes.js"
-import * as Tracing from "../layers/tracing/Tracing.js"
+import * as Spans from "../services/Spans.js"
 import * as ProcessActor from "./ProcessActor.js"
 
 /** A loss noticed this soon after a process ended explains its end; at most this many are kept. */
@@ -113,9 +113,9 @@ export const make = (options: {
           live.set(request.id, actor)
           yield* Deferred.succeed(started, actor)
           yield* actor.exited
-          yield* Tracing.processEnded(yield* actor.info, yield* actor.totals)
+          yield* Spans.processEnded(yield* actor.info, yield* actor.totals)
           return actor
-        }).pipe(Tracing.process({ id: request.id, computerId, backend: options.backend, command: request.command, spec: request.spec }, () => stopping))
+        }).pipe(Spans.process({ id: request.id, computerId, backend: options.backend, command: request.command, spec: request.spec }, () => stopping))
         // Stopped before it started (a restart, delete or loss while the provider was spawning it):
         // the caller learns why, rather than inheriting the interruption.
         const notStarted = (cause: Cause.Cause<SpawnFailed | ProviderError>) =>

@@ -8,16 +8,16 @@ import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import type { Instance, Renewal } from "../services/Backend.js"
-import * as Tracing from "../layers/tracing/Tracing.js"
+import * as Spans from "../services/Spans.js"
 
 export const keep = (
   renewal: Renewal,
   computer: {
     /** The instance to renew now, if the computer runs. */
     readonly current: () => Instance | undefined
-    /** The provider's answer, for the instance it renewed. */
-    readonly renewed: (before: Instance, after: Instance) => void
-    readonly traced: () => Tracing.Attributes
+    /** The provider's answer, for the instance it renewed (the actor writes it into its state). */
+    readonly renewed: (before: Instance, after: Instance) => Effect.Effect<void>
+    readonly traced: () => Spans.Attributes
     readonly label: () => string
   }
 ): Effect.Effect<void, never, Scope.Scope> =>
@@ -26,8 +26,8 @@ export const keep = (
     if (current === undefined) return
     const now = yield* Clock.currentTimeMillis
     yield* renewal.renew(current, now + renewal.leaseMs).pipe(
-      Effect.tap((renewed) => Effect.sync(() => computer.renewed(current, renewed))),
-      Tracing.lifecycle("renew", computer.traced, { root: true }),
+      Effect.tap((renewed) => computer.renewed(current, renewed)),
+      Spans.lifecycle("renew", computer.traced, { root: true }),
       Effect.catchAll((error) => Effect.logWarning(`${computer.label()}: cannot renew its lease: ${error.message}`))
     )
   }).pipe(

@@ -8,6 +8,7 @@ import { AuditLog } from "../services/AuditLog.js"
 import type { Backend } from "../services/Backend.js"
 import type { SettingsShape } from "../services/Settings.js"
 import * as CloudEgress from "./egress/CloudEgress.js"
+import type { RelaySettings } from "./backends/agent/Relay.js"
 import type { EgressShape } from "./egress/Egress.js"
 import { serverInfo } from "./mcp/McpServer.js"
 import * as KilntainersRuntime from "./Runtime.js"
@@ -46,13 +47,19 @@ const withEgress = <E, R>(
       return make(egress)
     }))
 
+/** The backend's relay: each connection to the agent's relay port is served by the egress proxy. */
+const relayOf = (egress: EgressShape | undefined): RelaySettings | undefined =>
+  egress === undefined
+    ? undefined
+    : { port: egress.computer.relayPort, handler: (computer, connection) => egress.serve(computer, connection.socket) }
+
 const missing = (backend: string, what: string) => Layer.fail(providerError(backend, "start", "Denied", `${what} is required`))
 
 const hostLayer = (settings: SettingsShape) =>
   withEgress(settings, (egress) =>
     backendFrom("host", () => import("./backends/host/HostBackend.js"), (HostBackend) =>
       HostBackend.layer({
-        relay: egress?.relay,
+        relay: relayOf(egress),
         egress: egress?.computer,
         stateDir: settings.stateDir,
         network: settings.network,
@@ -66,7 +73,7 @@ const dockerLayer = (settings: SettingsShape, log: (line: string) => void) =>
   withEgress(settings, (egress) =>
     backendFrom("docker", () => import("./backends/docker/DockerBackend.js"), (DockerBackend) =>
       DockerBackend.layer({
-        relay: egress?.relay,
+        relay: relayOf(egress),
         egress: egress?.computer,
         engine: settings.engine,
         dockerHost: settings.dockerHost,
@@ -89,19 +96,7 @@ const flyLayer = (settings: SettingsShape) => {
   if (app === undefined) return missing("fly", "--fly-app (or FLY_APP_NAME)")
   if (token === undefined) return missing("fly", "a token in FLY_API_TOKEN or FLY_TOKEN (or --fly-token)")
   return backendFrom("fly", () => import("./backends/fly/FlyBackend.js"), (FlyBackend) =>
-    FlyBackend.layer({
-      app,
-      token,
-      image: fly.image,
-      region: fly.region,
-      cpuKind: fly.cpuKind,
-      cpus: fly.cpus,
-      memoryMb: fly.memoryMb,
-      rootfsSizeGb: fly.rootfsSizeGb,
-      apiUrl: fly.apiUrl,
-      rateLimit: fly.rateLimit,
-      network: settings.network
-    }))
+    FlyBackend.layer({ ...fly, app, token, network: settings.network }))
 }
 
 const e2bLayer = (settings: SettingsShape) => {

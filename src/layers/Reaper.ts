@@ -11,7 +11,7 @@ import * as Schedule from "effect/Schedule"
 import type { ComputerMetadata } from "../domain/ComputerMetadata.js"
 import { Backend } from "../services/Backend.js"
 import type { ServerIdentity } from "../services/ServerIdentity.js"
-import * as Tracing from "./tracing/Tracing.js"
+import * as Spans from "../services/Spans.js"
 
 /** Why a computer should be reaped, or undefined to leave it. */
 export const reapReason = (
@@ -59,8 +59,8 @@ export const reapOnce = (server: ServerIdentity["Type"]) =>
  */
 export const run = (server: ServerIdentity["Type"], every: Duration.DurationInput = Duration.minutes(5)) =>
   reapOnce(server).pipe(
-    Effect.tap((removed) => Tracing.annotate(() => ({ "kilntainers.reaper.removed": removed }))),
-    Tracing.span("reaper.pass", { root: true }),
+    Effect.tap((removed) => Spans.annotate(() => ({ "kilntainers.reaper.removed": removed }))),
+    Spans.span("reaper.pass", { root: true }),
     Effect.catchAll((error) => Effect.logWarning(`reaper: ${error.message}`)),
     Effect.repeat(Schedule.spaced(every))
   )

@@ -2,9 +2,9 @@ import * as Layer from "effect/Layer"
 import type { Backend } from "../services/Backend.js"
 import { Settings, type SettingsShape } from "../services/Settings.js"
 import * as ComputerRegistry from "./ComputerRegistry.js"
-import * as AuditLog from "./egress/AuditLog.js"
+import * as AuditLog from "./AuditLog.js"
 import * as FileTransfer from "./FileTransfer.js"
-import * as ProcessOwner from "./ProcessOwner.js"
+import * as ProcessOwner from "./server/ProcessOwner.js"
 import * as ProcessSupervisor from "./ProcessSupervisor.js"
 
 /**

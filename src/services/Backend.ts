@@ -1,11 +1,11 @@
-import type * as Chunk from "effect/Chunk"
+import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import type { ComputerMetadata, LabelStyle } from "../domain/ComputerMetadata.js"
-import type { ProviderError, SpawnFailed, Unsupported } from "../domain/Errors.js"
+import { type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
 
 /** What a backend can do; the kernel reads these and refuses what is missing with `Unsupported`. */
 export interface Capabilities {
@@ -52,6 +52,51 @@ export interface SpawnSpec {
   readonly tty?: { readonly cols: number; readonly rows: number } | undefined
 }
 
+const NO_NUL = "NUL cannot be passed to a program"
+
+/**
+ * Why no backend can run `spec`, or undefined. The one check of the contract: every
+ * `Connection.spawn` makes it (through `checkSpec`) before anything starts. Each string becomes a
+ * C string (no NUL), argv[0] names a program, the directory is absolute, and a variable's name is
+ * non-empty and holds no '='.
+ */
+export const specProblem = (spec: SpawnSpec): string | undefined => {
+  if (spec.argv.length === 0 || spec.argv[0] === "") return "argv is empty"
+  const index = spec.argv.findIndex((arg) => arg.includes("\0"))
+  if (index >= 0) return `argument ${index} contains a NUL byte; ${NO_NUL}`
+  for (const [name, value] of Object.entries(spec.env)) {
+    if (name.includes("\0") || value.includes("\0")) {
+      return `the environment variable ${JSON.stringify(name.replace(/\0/g, "\\0"))} contains a NUL byte; ${NO_NUL}`
+    }
+    if (name === "" || name.includes("=")) return `invalid environment variable name ${JSON.stringify(name)}: it must be non-empty, without '='`
+  }
+  if (spec.cwd.includes("\0")) return `the working directory contains a NUL byte; ${NO_NUL}`
+  if (!spec.cwd.startsWith("/")) return `the working directory must be absolute, got '${spec.cwd}'`
+  return undefined
+}
+
+/**
+ * The limit of a backend that starts a program as `env -i NAME=VALUE… argv` (Docker's Engine exec,
+ * Fly, Modal): `env` would read an argv[0] holding '=' as one more variable.
+ */
+export const throughEnv = (backend: string) => (spec: SpawnSpec): string | undefined =>
+  spec.argv[0]!.includes("=") ? `a command name containing '=' is not supported by the ${backend} backend` : undefined
+
+/**
+ * `specProblem`, then the backend's own limits, as a `SpawnFailed` naming the command: how every
+ * `Connection.spawn` begins.
+ */
+export const checkSpec = (
+  spec: SpawnSpec,
+  ...limits: ReadonlyArray<(spec: SpawnSpec) => string | undefined>
+): Effect.Effect<void, SpawnFailed> => {
+  let problem = specProblem(spec)
+  for (const limit of limits) problem ??= limit(spec)
+  return problem === undefined
+    ? Effect.void
+    : Effect.fail(new SpawnFailed({ command: spec.argv.join(" ").replace(/\0/g, "\\0"), reason: problem }))
+}
+
 /** How a process ended. `signal` is a name such as `SIGKILL`. */
 export interface ExitInfo {
   readonly exitCode: number | null
@@ -74,18 +119,17 @@ export interface BackendProcess {
   /** The process id inside the computer, when the backend knows it. */
   readonly pid: number | null
   /**
-   * Every event exactly once; ends when the process and all holders of its output are gone.
-   * Made with `new ProcessEvents()` (bounded, with back-pressure). Aliasing rule: the bytes of a
-   * pulled chunk's events are valid until the next pull — a backend may reuse that memory — so a
-   * consumer copies what it keeps before pulling again.
+   * The process's output, its one interface: the next chunk of events, failing with None once they
+   * ended (every event exactly once; they end when the process and all holders of its output are
+   * gone). Made with `new ProcessEvents()` (bounded, with back-pressure).
+   *
+   * Borrowed bytes: a chunk's `data` are views into memory the backend fills again after the next
+   * pull, so a consumer copies what it keeps before pulling again (OutputLog and TerminalScreen
+   * copy). That is why it is a pull and not a Stream: a Stream combinator that buffers (grouping,
+   * collecting, a buffer) would hold views whose bytes change under it. Read it with
+   * `forEachEventChunk` (a plain loop, the kernel's way), or as `ownedEvents` (a Stream of copies).
    */
-  readonly events: Stream.Stream<ProcessEvent>
-  /**
-   * The same events as a pull (`ProcessEvents.pull`): the next chunk, failing with None at the end.
-   * Consumers that run once per process read through `forEachEventChunk`, which prefers it: running
-   * a Stream costs more than starting a short process does. Read one or the other, never both.
-   */
-  readonly pull?: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> | undefined
+  readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>>
   readonly write: (data: Uint8Array) => Effect.Effect<void, ProviderError>
   /** Close stdin (pipes) or send EOF (Ctrl-D) on a TTY. */
   readonly closeStdin: Effect.Effect<void, ProviderError>
@@ -95,21 +139,31 @@ export interface BackendProcess {
 }
 
 /**
- * Runs `f` on each chunk of a process's events until they end: through `pull` when the backend has
- * one (a plain loop), else the Stream. The aliasing rule holds: a chunk is valid until the next pull.
+ * Runs `f` on each chunk of a process's events until they end, in a plain loop over `pull` (running
+ * a Stream costs more than starting a short process does). A chunk's bytes are borrowed: valid
+ * while `f` runs, so `f` copies what it keeps.
  */
 export const forEachEventChunk = (
   process: BackendProcess,
   f: (events: Chunk.Chunk<ProcessEvent>) => Effect.Effect<void>
 ): Effect.Effect<void> => {
-  const pull = process.pull
-  if (pull === undefined) return Stream.runForEachChunk(process.events, f)
-  const loop: Effect.Effect<void> = Effect.matchEffect(pull, {
+  const loop: Effect.Effect<void> = Effect.matchEffect(process.pull, {
     onFailure: () => Effect.void,
     onSuccess: (events) => Effect.zipRight(f(events), Effect.suspend(() => loop))
   })
   return loop
 }
+
+// `new Uint8Array(view)` copies; a Buffer's own `slice` would not (it is `subarray`).
+const owned = (event: ProcessEvent): ProcessEvent => (event._tag === "Exit" ? event : { _tag: event._tag, data: new Uint8Array(event.data) })
+
+/**
+ * A process's events as a Stream whose bytes are the consumer's own (each chunk copied as it is
+ * pulled): safe with any combinator, buffering ones included, at the cost of one copy. For tests,
+ * benchmarks and code that wants a Stream; the kernel reads with `forEachEventChunk`.
+ */
+export const ownedEvents = (process: BackendProcess): Stream.Stream<ProcessEvent> =>
+  Stream.repeatEffectChunkOption(Effect.map(process.pull, Chunk.map(owned)))
 
 /** Provider states the kernel distinguishes; anything else is the provider's own word. */
 export type InstanceState = "running" | "stopped" | "paused" | "creating" | "gone" | (string & {})

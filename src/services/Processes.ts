@@ -1,10 +1,11 @@
-import type * as Effect from "effect/Effect"
+import * as Effect from "effect/Effect"
 import type * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import * as Context from "effect/Context"
 import type { MailboxFull, ProcessError, ProcessExited, ProviderError, StdinClosed, Unsupported } from "../domain/Errors.js"
 import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions } from "../domain/Process.js"
 import type { ExitInfo } from "./Backend.js"
+import { decodeInput, ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "./ProcessInputs.js"
 
 /** Live output as subscribers see it. */
 export type LiveOutput =
@@ -54,22 +55,6 @@ export interface ProcessHandle {
 /** Progress of a long call, for MCP progress notifications. */
 export type ProgressReporter = (progress: { readonly progress: number; readonly total?: number; readonly message: string }) => Effect.Effect<void>
 
-export interface SpawnInput {
-  readonly command: string
-  readonly cwd?: string | undefined
-  readonly env?: Readonly<Record<string, string>> | undefined
-  readonly tty?: boolean | undefined
-  readonly cols?: number | undefined
-  readonly rows?: number | undefined
-  readonly background?: boolean | undefined
-  readonly timeoutMs?: number | undefined
-  /** Return as soon as the output matches this pattern (a "ready" line). */
-  readonly pattern?: string | undefined
-  readonly maxBytes?: number | undefined
-  readonly computer_id?: string | undefined
-  readonly temporary?: boolean | undefined
-}
-
 /** The rendered terminal of a TTY process, beyond its text (which a result carries as `stdout`). */
 export interface ScreenFields {
   readonly cursor: { readonly x: number; readonly y: number }
@@ -110,17 +95,6 @@ export interface SpawnResult extends ProcessState, OutputFields {
   readonly match?: string | undefined
   /** Something the agent should know about this call (a capped wait, a computer ending soon). */
   readonly note?: string | undefined
-}
-
-export interface ExecInput {
-  readonly command?: string | undefined
-  readonly args?: ReadonlyArray<string> | undefined
-  readonly stdin?: string | undefined
-  readonly working_directory?: string | undefined
-  readonly timeout?: number | undefined
-  readonly env?: Readonly<Record<string, string>> | undefined
-  readonly computer_id?: string | undefined
-  readonly temporary?: boolean | undefined
 }
 
 /** Kilntainers' sandbox_exec result, plus what only matters when it applies. */
@@ -174,50 +148,11 @@ export interface ListResult {
   readonly hidden?: number | undefined
 }
 
-/** Names a process; a given computer_id must be the process's computer. */
-export interface ProcessRef {
-  readonly id: string
-  readonly computer_id?: string | undefined
-}
-
-export interface WaitInput extends ProcessRef {
-  readonly pattern?: string | undefined
-  readonly quietMs?: number | undefined
-  readonly timeoutMs?: number | undefined
-  readonly maxBytes?: number | undefined
-}
-
-export interface StdinInput extends ProcessRef {
-  readonly input: string
-  readonly eof?: boolean | undefined
-  /** How long to wait for the output that follows (settles earlier when it goes quiet). */
-  readonly yieldMs?: number | undefined
-  readonly maxBytes?: number | undefined
-}
-
-export interface KillInput extends ProcessRef {
-  readonly signal?: string | undefined
-}
-
-export interface ReadInput extends ProcessRef {
-  readonly stdoutCursor?: number | undefined
-  readonly stderrCursor?: number | undefined
-  readonly lines?: number | undefined
-  readonly maxBytes?: number | undefined
-  readonly scrollback?: boolean | undefined
-}
-
-export interface ListFilter {
-  readonly computer_id?: string | undefined
-  readonly status?: ProcessStatus | "all" | undefined
-  /** Most processes to list (newest first among the finished). */
-  readonly limit?: number | undefined
-}
-
 /**
  * Processes of every computer: start, list, talk to, read, signal and wait for them. Every method
  * takes the calling session and enforces what it may see: another session's private computer and
- * its processes do not exist for it.
+ * its processes do not exist for it. Inputs arrive decoded (`ProcessInputs.ts`: the boundary decodes
+ * them once); the service checks only what depends on the moment (the process, the backend).
  */
 export class Processes extends Context.Tag("kilntainers/services/Processes")<Processes, {
   readonly spawn: (session: string, input: SpawnInput, progress?: ProgressReporter) => Effect.Effect<SpawnResult, ProcessError>
@@ -228,3 +163,30 @@ export class Processes extends Context.Tag("kilntainers/services/Processes")<Pro
   readonly kill: (session: string, input: KillInput) => Effect.Effect<KillResult, ProcessError>
   readonly wait: (session: string, input: WaitInput, progress?: ProgressReporter) => Effect.Effect<WaitResult, ProcessError>
 }>() {}
+
+/**
+ * The Processes service for a caller that holds plain values (a library, a test): each input is
+ * decoded with its Schema on the way in, the boundary's one decode, and a problem is an
+ * InvalidInput in the tools' words. MCP decodes a tool's arguments itself and calls the service.
+ */
+export const decoding = (processes: Processes["Type"]) => {
+  const spawn = decodeInput("spawn", SpawnInput)
+  const exec = decodeInput("sandbox_exec", ExecInput)
+  const list = decodeInput("ps", ListFilter)
+  const stdin = decodeInput("stdin", StdinInput)
+  const read = decodeInput("stdout", ReadInput)
+  const kill = decodeInput("kill", KillInput)
+  const wait = decodeInput("wait", WaitInput)
+  return {
+    spawn: (session: string, input: typeof SpawnInput.Encoded, progress?: ProgressReporter) =>
+      Effect.flatMap(spawn(input), (decoded) => processes.spawn(session, decoded, progress)),
+    exec: (session: string, input: typeof ExecInput.Encoded, progress?: ProgressReporter) =>
+      Effect.flatMap(exec(input), (decoded) => processes.exec(session, decoded, progress)),
+    list: (session: string, filter: typeof ListFilter.Encoded = {}) => Effect.flatMap(list(filter), (decoded) => processes.list(session, decoded)),
+    stdin: (session: string, input: typeof StdinInput.Encoded) => Effect.flatMap(stdin(input), (decoded) => processes.stdin(session, decoded)),
+    read: (session: string, input: typeof ReadInput.Encoded) => Effect.flatMap(read(input), (decoded) => processes.read(session, decoded)),
+    kill: (session: string, input: typeof KillInput.Encoded) => Effect.flatMap(kill(input), (decoded) => processes.kill(session, decoded)),
+    wait: (session: string, input: typeof WaitInput.Encoded, progress?: ProgressReporter) =>
+      Effect.flatMap(wait(input), (decoded) => processes.wait(session, decoded, progress))
+  }
+}

@@ -4,16 +4,25 @@ import { emptyPolicy, type FilesystemPolicy } from "../domain/Mounts.js"
 
 /** Fly Machines backend settings (--fly-*). */
 export interface FlySettings {
+  /** --fly-app / FLY_APP_NAME */
   readonly app: string | undefined
+  /** --fly-token / FLY_API_TOKEN or FLY_TOKEN; never in argv, never logged. */
   readonly token: Redacted.Redacted<string> | undefined
+  /** --fly-image, default debian:bookworm-slim */
   readonly image: string
+  /** --fly-region */
   readonly region: string | undefined
+  /** --fly-cpu-kind, default shared */
   readonly cpuKind: "shared" | "performance"
+  /** --fly-cpus, default 1 */
   readonly cpus: number
+  /** --fly-memory (MB), default 512, a multiple of 256 */
   readonly memoryMb: number
+  /** --fly-rootfs-size (GB) */
   readonly rootfsSizeGb: number | undefined
+  /** default https://api.machines.dev */
   readonly apiUrl: string
-  /** Requests per second and burst per action and machine that we allow ourselves (Fly documents 1 and 3). */
+  /** --fly-rate-limit / --fly-rate-burst: requests per second and burst per action and machine that we allow ourselves (Fly documents 1 and 3). */
   readonly rateLimit: { readonly perSecond: number; readonly burst: number }
 }
 

@@ -265,6 +265,17 @@ describe("ComputerActor: lost computers", () => {
       assert.strictEqual(yield* actor.state, "running")
     }))
 
+  it.scoped("a failed factory reset leaves the computer lost, saying which step failed", () =>
+    Effect.gen(function*() {
+      const { scripted, actor } = yield* running()
+      yield* scripted.failNext("remove", "the engine is gone")
+      assert.match((yield* Effect.flip(actor.factoryReset)).message, /the engine is gone/)
+      assert.strictEqual(yield* actor.state, "lost")
+      const refused = yield* Effect.flip(actor.spawn(request("server")))
+      assert.strictEqual(refused._tag, "ComputerUnavailable")
+      assert.match(refused.message, /factory reset failed/)
+    }))
+
   it.scoped("a failed recovery leaves it lost, and the next use tries again", () =>
     Effect.gen(function*() {
       const { scripted, actor } = yield* running()
@@ -287,6 +298,18 @@ describe("ComputerActor: creation and release", () => {
       assert.match((yield* Effect.flip(actor.ready)).message, /quota exceeded/)
       assert.strictEqual(yield* actor.state, "failed")
       assert.strictEqual((yield* Effect.flip(actor.spawn(request("server"))))._tag, "ComputerUnavailable")
+    }))
+
+  it.scoped("a computer that was never created refuses a restart or reset: there is nothing to act on", () =>
+    Effect.gen(function*() {
+      const scripted = yield* ScriptedBackend.make()
+      yield* scripted.failNext("create", "quota exceeded")
+      const { actor } = yield* computer(scripted)
+      yield* Effect.flip(actor.ready)
+      assert.strictEqual((yield* Effect.flip(actor.restart))._tag, "ComputerUnavailable")
+      assert.strictEqual((yield* Effect.flip(actor.factoryReset))._tag, "ComputerUnavailable")
+      assert.strictEqual(yield* actor.state, "failed")
+      assert.notInclude(scripted.calls, "restart box")
     }))
 
   it.scoped("a permanent computer whose name is taken by our own permanent computer attaches to it", () =>

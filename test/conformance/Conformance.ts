@@ -4,7 +4,7 @@ import * as Runtime from "../../src/layers/Runtime.js"
 import { Backend, type Capabilities } from "../../src/services/Backend.js"
 import { Computers } from "../../src/services/Computers.js"
 import { Files } from "../../src/services/Files.js"
-import { Processes } from "../../src/services/Processes.js"
+import { decoding, Processes } from "../../src/services/Processes.js"
 import { Settings, type SettingsShape } from "../../src/services/Settings.js"
 import { describeIf } from "../support/Requirements.js"
 
@@ -41,7 +41,8 @@ const needing = <A, E>(
       return yield* body
     }))
 
-const services = Effect.all({ processes: Processes, computers: Computers, files: Files })
+/** The services as a client uses them: inputs as plain values, decoded on the way in. */
+const services = Effect.all({ processes: Effect.map(Processes, decoding), computers: Computers, files: Files })
 
 /**
  * One suite of process and computer behaviours, run against every backend alike. A backend's

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import * as Runtime from "../../src/layers/Runtime.js"
-import { Processes } from "../../src/services/Processes.js"
+import { decoding, Processes } from "../../src/services/Processes.js"
 import { Settings, type SettingsShape } from "../../src/services/Settings.js"
 import { processesWith, waitFor } from "../support/McpHarness.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
@@ -17,11 +17,11 @@ const runtime = (overrides: Partial<SettingsShape> = {}) => {
 }
 
 const withProcesses = <A, E>(
-  body: (processes: Processes["Type"]) => Effect.Effect<A, E>,
+  body: (processes: ReturnType<typeof decoding>) => Effect.Effect<A, E>,
   overrides: Partial<SettingsShape> = {}
-) => Effect.flatMap(Processes, body).pipe(Effect.provide(runtime(overrides)))
+) => Effect.flatMap(Effect.map(Processes, decoding), body).pipe(Effect.provide(runtime(overrides)))
 
-const waitUntil = (processes: Processes["Type"], id: string, pattern: string, timeoutMs = 10_000) =>
+const waitUntil = (processes: ReturnType<typeof decoding>, id: string, pattern: string, timeoutMs = 10_000) =>
   Effect.gen(function*() {
     const result = yield* processes.wait("t", { id, pattern, timeoutMs })
     assert.strictEqual(result.outcome, "matched", `waiting for /${pattern}/ in ${id}`)

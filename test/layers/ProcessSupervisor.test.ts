@@ -1,18 +1,19 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, TestClock } from "effect"
 import * as Runtime from "../../src/layers/Runtime.js"
-import { Processes } from "../../src/services/Processes.js"
+import { decoding, Processes } from "../../src/services/Processes.js"
 import { Settings } from "../../src/services/Settings.js"
 import * as ScriptedBackend from "../support/ScriptedBackend.js"
 
 const withRuntime = <A, E>(
-  body: (processes: Processes["Type"], scripted: Effect.Effect.Success<ReturnType<typeof ScriptedBackend.make>>) => Effect.Effect<A, E>,
+  body: (processes: ReturnType<typeof decoding>, scripted: Effect.Effect.Success<ReturnType<typeof ScriptedBackend.make>>) => Effect.Effect<A, E>,
   overrides: Partial<Parameters<typeof Settings.make>[0]> = {}
 ) =>
   Effect.gen(function*() {
     const scripted = yield* ScriptedBackend.make()
     const context = yield* Layer.build(Runtime.layer(Settings.make(overrides), scripted.layer))
-    const processes = yield* Effect.provide(Processes, context)
+    // Inputs as a client sends them, decoded on the way in (the boundary's one decode).
+    const processes = decoding(yield* Effect.provide(Processes, context))
     return yield* body(processes, scripted)
   })
 

@@ -14,7 +14,8 @@ import type { AgentClient } from "../../src/layers/backends/agent/AgentClient.js
 import * as AgentLauncher from "../../src/layers/backends/agent/AgentLauncher.js"
 import * as NativeBinaries from "../../src/layers/backends/agent/NativeBinaries.js"
 import * as DockerAgent from "../../src/layers/backends/docker/DockerAgent.js"
-import { docker, dockerWorks, requirement, TEST_IMAGE } from "../support/Docker.js"
+import * as DockerEngine from "../../src/layers/backends/docker/DockerEngine.js"
+import { docker, dockerWorks, requirement, TEST_ENGINE, TEST_IMAGE } from "../support/Docker.js"
 import { describeIf } from "../support/Requirements.js"
 
 const dir = mkdtempSync(join(tmpdir(), "kt-hostile-"))
@@ -127,7 +128,9 @@ describeIf(dockerWorks, requirement())("a hostile agent in a container", () => {
   it.scopedLive("every malformed stream loses only its own container's agent", () =>
     Effect.gen(function*() {
       const binaries = yield* NativeBinaries.locate("docker")
-      const good = yield* DockerAgent.start("docker", engine, yield* container, binaries)
+      // The agent is started through the engine's bounded calls, as DockerConnection starts it.
+      const calls = yield* DockerEngine.make({ engine: TEST_ENGINE, dockerHost: undefined })
+      const good = yield* DockerAgent.start(calls, yield* container, binaries)
       for (const [name, { script, reason }] of Object.entries(hostile)) {
         const file = join(dir, `hostile-${Math.random().toString(36).slice(2)}.sh`)
         writeFileSync(file, `#!/bin/sh\n${script}\n`)
@@ -135,7 +138,7 @@ describeIf(dockerWorks, requirement())("a hostile agent in a container", () => {
         const lost: { reason?: string } = {}
         const before = rssMiB()
         const scope = yield* Scope.make()
-        const started = yield* DockerAgent.start("docker", engine, yield* container, { agent: file, agentBytes: readFileSync(file) }, {
+        const started = yield* DockerAgent.start(calls, yield* container, { agent: file, agentBytes: readFileSync(file) }, {
           onLost: (said) => (lost.reason = said)
         }).pipe(Scope.extend(scope), Effect.either)
         const said = yield* awaitLost(lost)

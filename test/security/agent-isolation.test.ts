@@ -20,7 +20,7 @@ import * as NativeBinaries from "../../src/layers/backends/agent/NativeBinaries.
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import { sandboxArgs } from "../../src/layers/backends/host/Sandbox.js"
-import type { Connection, SpawnSpec } from "../../src/services/Backend.js"
+import { type Connection, type SpawnSpec, ownedEvents } from "../../src/services/Backend.js"
 import { Backend } from "../../src/services/Backend.js"
 import { docker, dockerWorks, requirement, TEST_IMAGE } from "../support/Docker.js"
 import * as ProviderComputer from "../support/ProviderComputer.js"
@@ -84,7 +84,7 @@ const checkCommon = (result: Record<string, unknown>, tty: boolean) => {
 
 const collect = (computer: Connection, spec: SpawnSpec) =>
   Effect.scoped(Effect.flatMap(computer.spawn(spec), (process) =>
-    Stream.runFold(process.events, "", (acc, event) => (event._tag === "Exit" ? acc : acc + Buffer.from(event.data).toString()))))
+    Stream.runFold(ownedEvents(process), "", (acc, event) => (event._tag === "Exit" ? acc : acc + Buffer.from(event.data).toString()))))
 
 describeIf(bwrapWorks, "bubblewrap")("the agent is out of a guest's reach: host sandbox", () => {
   it.scopedLive("with the server as root, over pipes and on a terminal", () =>

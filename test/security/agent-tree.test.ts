@@ -15,7 +15,7 @@ import { afterAll } from "vitest"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import * as Runtime from "../../src/layers/Runtime.js"
-import type { Connection } from "../../src/services/Backend.js"
+import { type Connection, ownedEvents } from "../../src/services/Backend.js"
 import { Backend } from "../../src/services/Backend.js"
 import { Processes } from "../../src/services/Processes.js"
 import { Settings } from "../../src/services/Settings.js"
@@ -143,7 +143,7 @@ describeIf(bwrapWorks, "bubblewrap")("process trees on the host backend", () => 
         const { connection: computer } = yield* ProviderComputer.open(backend, `daemon-${process.pid}`)
         const events = yield* Effect.scoped(Effect.flatMap(
           computer.spawn({ argv: ["sh", "-c", `setsid sleep ${n}1 >/dev/null 2>&1 </dev/null & echo started`], cwd: "/home/agent", env: { PATH } }),
-          (process) => Stream.runCollect(process.events)
+          (process) => Stream.runCollect(ownedEvents(process))
         ))
         assert.strictEqual(events.length, 2)
         yield* Effect.sleep(Duration.millis(200))
@@ -159,14 +159,14 @@ describeIf(bwrapWorks, "bubblewrap")("process trees on the host backend", () => 
         const n = marker()
         const exit = yield* Effect.scoped(Effect.flatMap(
           computer.spawn({ argv: ["sh", "-c", `setsid sleep ${n}1 & sleep 0.2; kill -9 $PPID; sleep ${n}2`], cwd: "/home/agent", env: { PATH } }),
-          (process) => Stream.runFold(process.events, undefined as unknown, (acc, event) => (event._tag === "Exit" ? event.exit : acc))
+          (process) => Stream.runFold(ownedEvents(process), undefined as unknown, (acc, event) => (event._tag === "Exit" ? event.exit : acc))
         ))
         assert.deepStrictEqual(exit, { exitCode: null, signal: "SIGKILL" })
         assert.isTrue(yield* gone(n), `left: ${(yield* alive(n)).join(", ")}`)
         // and the computer goes on
         const again = yield* Effect.scoped(Effect.flatMap(
           computer.spawn({ argv: ["echo", "ok"], cwd: "/home/agent", env: { PATH } }),
-          (process) => Stream.runCollect(process.events)
+          (process) => Stream.runCollect(ownedEvents(process))
         ))
         assert.strictEqual(again.length, 2)
       })))

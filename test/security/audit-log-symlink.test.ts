@@ -11,7 +11,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, 
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import * as AuditLog from "../../src/layers/egress/AuditLog.js"
+import * as AuditLog from "../../src/layers/AuditLog.js"
 import { TEST_IMAGE } from "../support/Docker.js"
 import { describeIf } from "../support/Requirements.js"
 import { requirements, requirementsMet } from "./HostServer.js"

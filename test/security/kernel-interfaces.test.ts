@@ -15,7 +15,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe } from "vitest"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
-import { Backend, type Connection } from "../../src/services/Backend.js"
+import { Backend, type Connection, ownedEvents } from "../../src/services/Backend.js"
 import { docker, dockerWorks, requirement, testOptions } from "../support/Docker.js"
 import * as ProviderComputer from "../support/ProviderComputer.js"
 import { describeIf } from "../support/Requirements.js"
@@ -76,7 +76,7 @@ describeIf(requirementsMet, requirements)("host computers cannot reach vsock, io
 
 const collect = (computer: Connection, argv: ReadonlyArray<string>) =>
   Effect.scoped(Effect.flatMap(computer.spawn({ argv, cwd: DockerBackend.HOME, env: { PATH } }), (process) =>
-    Stream.runFold(process.events, "", (acc, event) => (event._tag === "Exit" ? acc : acc + Buffer.from(event.data).toString()))))
+    Stream.runFold(ownedEvents(process), "", (acc, event) => (event._tag === "Exit" ? acc : acc + Buffer.from(event.data).toString()))))
 
 describeIf(dockerWorks, requirement())("Docker computers cannot reach vsock, io_uring or userfaultfd", () => {
   const profiles = {

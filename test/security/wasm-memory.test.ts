@@ -9,7 +9,7 @@ import { rmSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll } from "vitest"
 import * as WasmBackend from "../../src/layers/backends/wasm/WasmBackend.js"
-import type { Connection } from "../../src/services/Backend.js"
+import { type Connection, ownedEvents } from "../../src/services/Backend.js"
 import { describeIf } from "../support/Requirements.js"
 import { connection, stateDir } from "../support/WasmProvider.js"
 
@@ -25,7 +25,7 @@ const runOnce = (computer: Connection, kill: boolean) =>
       yield* Effect.sleep("150 millis")
       yield* process.signal("SIGKILL")
     }
-    return yield* Stream.runFold(process.events, "", (out, event) => (event._tag === "Stdout" ? out + Buffer.from(event.data).toString() : out))
+    return yield* Stream.runFold(ownedEvents(process), "", (out, event) => (event._tag === "Stdout" ? out + Buffer.from(event.data).toString() : out))
   }))
 
 /** RSS after the thread pools settle (a terminated worker's memory is unmapped when its thread ends). */

@@ -9,7 +9,7 @@ import { existsSync, readFileSync, rmSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, it as plainIt } from "vitest"
 import * as WasmBackend from "../../src/layers/backends/wasm/WasmBackend.js"
-import type { Connection } from "../../src/services/Backend.js"
+import { type Connection, ownedEvents } from "../../src/services/Backend.js"
 import { binPath, root, startServer } from "../support/McpHarness.js"
 import { describeIf } from "../support/Requirements.js"
 import { connection, stateDir } from "../support/WasmProvider.js"
@@ -23,7 +23,7 @@ const run = (computer: Connection, script: string) =>
   Effect.scoped(Effect.gen(function*() {
     const process = yield* computer.spawn({ argv: ["sh", "-c", script], cwd: "/home/agent", env: { PATH: "/bin" } })
     yield* process.closeStdin
-    return yield* Stream.runFold(process.events, { stdout: "", stderr: "", code: null as number | null }, (acc, event) =>
+    return yield* Stream.runFold(ownedEvents(process), { stdout: "", stderr: "", code: null as number | null }, (acc, event) =>
       event._tag === "Stdout"
         ? { ...acc, stdout: acc.stdout + Buffer.from(event.data).toString() }
         : event._tag === "Stderr"
@@ -77,7 +77,7 @@ describeIf(built, "the WASI toolset (bash wasm/build.sh)")("the toolset's disk q
         yield* writer.write(new Uint8Array(3_500_000).fill(120))
         yield* Effect.sleep("2 seconds")
         yield* writer.signal("SIGKILL")
-        yield* Stream.runDrain(writer.events)
+        yield* Stream.runDrain(ownedEvents(writer))
       }))
       const after = yield* run(c, "yes | head -c 3500000 > g; echo status $?; wc -c < g")
       assert.strictEqual(after.stdout, "status 0\n3500000\n", after.stderr)

@@ -24,7 +24,7 @@ import { createHash } from "node:crypto"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as E2BBackend from "../../src/layers/backends/e2b/E2BBackend.js"
-import type { Connection, ExitInfo, SpawnSpec } from "../../src/services/Backend.js"
+import { type Connection, type ExitInfo, type SpawnSpec, ownedEvents } from "../../src/services/Backend.js"
 import { Backend } from "../../src/services/Backend.js"
 
 const key = process.env.E2B_API_KEY ?? ""
@@ -108,7 +108,7 @@ const collect = (computer: Connection, argv: ReadonlyArray<string>, input?: Uint
     const out: Array<Uint8Array> = []
     let err = ""
     let exit: ExitInfo | undefined
-    yield* process.events.pipe(Stream.runForEach((event) =>
+    yield* ownedEvents(process).pipe(Stream.runForEach((event) =>
       Effect.sync(() => {
         if (event._tag === "Stdout") out.push(Uint8Array.from(event.data))
         else if (event._tag === "Stderr") err += Buffer.from(event.data).toString()
@@ -139,7 +139,7 @@ describe.skipIf(key === "")("E2B against the real service (E2B_API_KEY)", () => 
       // A process outlives the call that started it.
       const sleeper = yield* computer.spawn(spec(["sh", "-c", "echo started; exec sleep 600"]))
       const exited = yield* Deferred.make<ExitInfo>()
-      const reading = yield* sleeper.events.pipe(
+      const reading = yield* ownedEvents(sleeper).pipe(
         Stream.runForEach((event) => (event._tag === "Exit" ? Deferred.succeed(exited, event.exit) : Effect.void)),
         Effect.fork
       )

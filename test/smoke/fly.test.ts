@@ -17,7 +17,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Scope, Stream } from "effect"
 import { writeFileSync } from "node:fs"
 import * as FlyBackend from "../../src/layers/backends/fly/FlyBackend.js"
-import type { BackendProcess, ProcessEvent } from "../../src/services/Backend.js"
+import { type BackendProcess, type ProcessEvent, ownedEvents } from "../../src/services/Backend.js"
 import { Backend } from "../../src/services/Backend.js"
 import { checkResponse } from "../support/contracts/fly/OpenApiContract.js"
 
@@ -94,7 +94,7 @@ const text = (events: ReadonlyArray<ProcessEvent>, tag: "Stdout" | "Stderr") =>
   Buffer.concat(events.flatMap((event) => (event._tag === tag ? [event.data] : []))).toString("utf8")
 // Event data are views valid until the next pull: copied as they come.
 const collect = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     Stream.map((event): ProcessEvent => (event._tag === "Exit" ? event : { _tag: event._tag, data: Uint8Array.from(event.data) })),
     Stream.runCollect,
     Effect.map(Chunk.toReadonlyArray)

@@ -23,7 +23,7 @@ import { mkdirSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import * as ModalBackend from "../../src/layers/backends/modal/ModalBackend.js"
 import type { ComputerMetadata } from "../../src/domain/ComputerMetadata.js"
-import type { BackendProcess, Connection, ExitInfo } from "../../src/services/Backend.js"
+import { type BackendProcess, type Connection, type ExitInfo, ownedEvents } from "../../src/services/Backend.js"
 import { Backend } from "../../src/services/Backend.js"
 
 const tokenId = process.env["MODAL_TOKEN_ID"] ?? ""
@@ -81,7 +81,7 @@ const options = (): ModalBackend.ModalBackendOptions => ({
 })
 
 const collect = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     Stream.runFold({ stdout: 0, text: "", exit: undefined as ExitInfo | undefined }, (acc, event) => ({
       stdout: acc.stdout + (event._tag === "Stdout" ? event.data.length : 0),
       text: acc.text.length < 4096 && event._tag !== "Exit" ? acc.text + Buffer.from(event.data).toString() : acc.text,

@@ -3,8 +3,8 @@ import { Effect, Stream } from "effect"
 import { spawnSync } from "node:child_process"
 import type { ComputerMetadata } from "../../src/domain/ComputerMetadata.js"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
-import * as ProcessOwner from "../../src/layers/ProcessOwner.js"
-import type { Backend, BackendProcess, Connection, ExitInfo, Instance, SpawnSpec } from "../../src/services/Backend.js"
+import * as ProcessOwner from "../../src/layers/server/ProcessOwner.js"
+import { type Backend, type BackendProcess, type Connection, type ExitInfo, type Instance, type SpawnSpec, ownedEvents } from "../../src/services/Backend.js"
 
 /**
  * The image the Docker and Podman tests use: its own name, never the server's default
@@ -143,7 +143,7 @@ export interface Collected {
 
 /** Every event of a process, gathered (strings copied out of each chunk before the next pull). */
 export const collect = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     Stream.runFold({ stdout: "", stderr: "", exit: undefined } as Collected, (acc, event) =>
       event._tag === "Exit"
         ? { ...acc, exit: event.exit }

@@ -16,7 +16,7 @@
  */
 import { Effect, ExecutionStrategy, Exit, type ManagedRuntime, Scope, Stream } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
-import type { Backend, BackendProcess, Connection, ExitInfo, Instance } from "../../src/services/Backend.js"
+import { type Backend, type BackendProcess, type Connection, type ExitInfo, type Instance, ownedEvents } from "../../src/services/Backend.js"
 
 /** Where the fake's sandboxes keep their workspace (the host backend's layout). */
 export const FAKE_HOME = "/home/agent"
@@ -272,7 +272,7 @@ export const makeEnvd = (
     // Everything up to Exit goes to the listeners; output of children that outlive the process is
     // drained but not sent (envd ends the stream with the process).
     runtime.runFork(
-      process.events.pipe(
+      ownedEvents(process).pipe(
         Stream.runForEach((event) =>
           Effect.sync(() => {
             if (entry.exited) return

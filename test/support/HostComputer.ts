@@ -5,7 +5,7 @@
  */
 import { Effect, Stream } from "effect"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
-import type { BackendProcess, Connection, ExitInfo, SpawnSpec } from "../../src/services/Backend.js"
+import { type BackendProcess, type Connection, type ExitInfo, type SpawnSpec, ownedEvents } from "../../src/services/Backend.js"
 import { open } from "./ProviderComputer.js"
 
 export { metadata, open } from "./ProviderComputer.js"
@@ -48,7 +48,7 @@ export interface Outcome {
 
 /** Every event of a process, as text. */
 export const collect = (process: BackendProcess) =>
-  Stream.runFold(process.events, { stdout: "", stderr: "", exit: undefined, exitBeforeOutputEnded: false } as Outcome, (acc, event) => {
+  Stream.runFold(ownedEvents(process), { stdout: "", stderr: "", exit: undefined, exitBeforeOutputEnded: false } as Outcome, (acc, event) => {
     switch (event._tag) {
       case "Stdout":
         return { ...acc, stdout: acc.stdout + Buffer.from(event.data).toString("utf8"), exitBeforeOutputEnded: acc.exit !== undefined }

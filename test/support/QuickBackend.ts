@@ -1,6 +1,7 @@
 import { Deferred, Duration, Effect, Layer, Mailbox } from "effect"
 import { SpawnFailed } from "../../src/domain/Errors.js"
 import { Backend, type BackendProcess, type ProcessEvent, type SpawnSpec } from "../../src/services/Backend.js"
+import { pullFrom } from "./ScriptedProcess.js"
 
 const encoder = new TextEncoder()
 
@@ -50,7 +51,7 @@ export const layer = Layer.succeed(Backend, Backend.of({
           }
           const running: BackendProcess = {
             pid: 1,
-            events: Mailbox.toStream(events),
+            pull: pullFrom(events),
             write: () => Effect.void,
             closeStdin: Effect.void,
             signal: (signal) => exit(null, signal),

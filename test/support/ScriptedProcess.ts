@@ -1,4 +1,4 @@
-import { Deferred, Effect, Mailbox, type Scope } from "effect"
+import { Chunk, Deferred, Effect, Mailbox, Option, type Scope } from "effect"
 import type { BackendProcess, ProcessEvent, SpawnSpec } from "../../src/services/Backend.js"
 
 /** A process of a scripted backend, steered by the test; what the kernel asked of it is recorded. */
@@ -17,6 +17,10 @@ export interface ScriptedProcess {
 }
 
 const encoder = new TextEncoder()
+
+/** A Mailbox of events as a process's pull: what arrived since the last pull, None once it is done. */
+export const pullFrom = (mailbox: Mailbox.ReadonlyMailbox<ProcessEvent>): BackendProcess["pull"] =>
+  Effect.flatMap(mailbox.takeAll, ([events, done]) => (done && Chunk.isEmpty(events) ? Effect.fail(Option.none()) : Effect.succeed(events)))
 
 /**
  * A process steered by its command (the last argv element): `fail-fast` writes to stderr and exits
@@ -40,7 +44,7 @@ export const make = (
     const resizes: Array<readonly [number, number]> = []
     const process: BackendProcess = {
       pid: options.pid,
-      events: Mailbox.toStream(mailbox),
+      pull: pullFrom(mailbox),
       write: (data) =>
         command === "hang-stdin"
           ? Deferred.await(never)

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { ComputerMetadata } from "../../src/domain/ComputerMetadata.js"
 import * as WasmBackend from "../../src/layers/backends/wasm/WasmBackend.js"
-import type { Backend, BackendProcess, Connection, ExitInfo, SpawnSpec } from "../../src/services/Backend.js"
+import { type Backend, type BackendProcess, type Connection, type ExitInfo, type SpawnSpec, ownedEvents } from "../../src/services/Backend.js"
 
 let counter = 0
 
@@ -53,7 +53,7 @@ export interface Outcome {
 
 /** Everything a process says, until its events end. */
 export const collect = (process: BackendProcess) =>
-  Stream.runFold(process.events, { stdout: "", stderr: "", exit: undefined } as Outcome, (acc, event) => {
+  Stream.runFold(ownedEvents(process), { stdout: "", stderr: "", exit: undefined } as Outcome, (acc, event) => {
     switch (event._tag) {
       case "Stdout":
         return { ...acc, stdout: acc.stdout + Buffer.from(event.data).toString("utf8") }

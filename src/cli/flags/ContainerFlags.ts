@@ -57,7 +57,7 @@ export const dockerFlags = {
     group: "docker backend options",
     metavar: "FLAG",
     backends: ["docker"],
-    help: "Extra docker run option from a documented subset, repeatable: --docker-run-flag=--read-only"
+    help: "Extra docker run option from a documented subset, repeatable"
   })
 }
 

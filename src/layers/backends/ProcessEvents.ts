@@ -2,14 +2,13 @@
  * The one way a process's output reaches the runtime, on every backend: a bounded, coalescing
  * buffer with back-pressure. Callback sources (a socket, an SDK's callbacks) call `data`/`stderr`/
  * `exit`/`end` and pause when told `hold(true)`; effect sources `offer` and wait while the consumer
- * is behind. The consumer reads `events`, one Stream per process. It is not a Mailbox of chunks on
- * purpose: output is copied once into a reused double buffer and handed out as views, so heavy
- * output costs no allocation per read.
+ * is behind. The consumer pulls (`pull`, the process's one output interface). It is not a Mailbox of
+ * chunks on purpose: output is copied once into a reused double buffer and handed out as views, so
+ * heavy output costs no allocation per read.
  */
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as Stream from "effect/Stream"
 import type { ExitInfo, ProcessEvent } from "../../services/Backend.js"
 
 /** First size of a process's output buffer; it doubles as needed. */
@@ -34,7 +33,7 @@ type Pending =
  * until the consumer pulls. What is already decoded from the current read still lands (at most one
  * channel read, 1 MiB).
  *
- * Aliasing rule: output is copied into one of two buffers, and each pull of `events` hands out
+ * Aliasing rule: output is copied into one of two buffers, and each pull hands out
  * everything gathered since the last one as a chunk of views into that buffer. That memory is
  * filled again after the *next* pull, so a consumer must copy whatever it keeps of a chunk before
  * it pulls again (ProcessActor's OutputLog and TerminalScreen copy). This keeps heavy output from
@@ -93,7 +92,7 @@ export class ProcessEvents {
     this.notify()
   }
 
-  /** The next chunk of events, failing with None once they ended (BackendProcess.pull). */
+  /** The next chunk of events, failing with None once they ended: a process's `BackendProcess.pull`. */
   readonly pull: Effect.Effect<Chunk.Chunk<ProcessEvent>, Option.Option<never>> = Effect.suspend(() => {
     if (this.pending.length > 0) return Effect.succeed(this.take())
     if (this.ended) return Effect.fail(Option.none())
@@ -105,8 +104,6 @@ export class ProcessEvents {
       })
     })
   })
-
-  readonly events: Stream.Stream<ProcessEvent> = Stream.repeatEffectChunkOption(this.pull)
 
   private push(tag: "Stdout" | "Stderr", data: Uint8Array) {
     if (this.ended || data.byteLength === 0) return

@@ -3,12 +3,13 @@
  *
  * How a computer reaches the proxy: it has no network of its own. Its agent (kt-agent, started with
  * `--relay-port <relayPort>`) listens on 127.0.0.1:<relayPort> inside the computer and carries every
- * connection over the agent's private channel to the server (`agent/Relay.ts`), where `relay.handler`
+ * connection over the agent's private channel to the server (`agent/Relay.ts`), where `serve`
  * serves it with the proxy, knowing which computer it came from. Names are resolved by the proxy,
  * never inside the computer (it has no resolver either).
  *
  * What a backend applies to each computer is one value, `ComputerEgress`:
- * - `relayPort`: the agent's `--relay-port`, and `relay` as the backend's `RelaySettings`;
+ * - `relayPort`: the agent's `--relay-port` (Main gives the backend its relay: `serve` on each
+ *   relayed connection's socket);
  * - `env`, set for every process (the call's own variables win):
  *     HTTP_PROXY, http_proxy, HTTPS_PROXY, https_proxy = http://127.0.0.1:<relayPort>
  *     NO_PROXY, no_proxy = localhost,127.0.0.1,::1 (services inside the computer stay direct)
@@ -33,7 +34,6 @@ import { join } from "node:path"
 import { rootCertificates } from "node:tls"
 import { AuditLog, type AuditLogShape } from "../../services/AuditLog.js"
 import { type EgressSettings, Settings } from "../../services/Settings.js"
-import type { RelaySettings } from "../backends/agent/Relay.js"
 import * as CertificateAuthority from "./CertificateAuthority.js"
 import { EgressError } from "./EgressError.js"
 import { CA_BUNDLE_PATH } from "./EgressPaths.js"
@@ -64,14 +64,12 @@ export interface ComputerEgress {
 }
 
 export interface EgressShape {
-  /** For the backend's `relay` option: the port and the handler of each relayed connection. */
-  readonly relay: RelaySettings
   readonly computer: ComputerEgress
   /** The interception CA's certificate (PEM), when there are header rules. */
   readonly caCertificate: string | undefined
   /** The policy in a line, for the startup log (rule texts and header names, never values). */
   readonly summary: string
-  /** Serves one connection of `computer` (what `relay.handler` does with the relayed socket). */
+  /** Serves one connection of `computer` (what the backend's relay does with each relayed socket). */
   readonly serve: EgressProxy.EgressProxy["serve"]
   /** Proxy connections open for a computer now. */
   readonly open: (computer: string) => number
@@ -168,7 +166,6 @@ export const make = (input: EgressInput): Effect.Effect<EgressShape, EgressError
     ].join("\n") + "\n"
     const headers = policy.right.headers.map((rule) => `${rule.pattern.text}: ${rule.header} from $${rule.variable}`)
     return {
-      relay: { port: settings.relayPort, handler: (computer, connection) => proxy.serve(computer, connection.socket) },
       computer: {
         relayPort: settings.relayPort,
         env: proxyEnvironment(settings.relayPort),

@@ -28,14 +28,6 @@ const Created = Schema.Struct({
 const Encoding = Schema.Literal("utf8", "base64")
 const Int = Schema.Number.pipe(Schema.int())
 
-const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): Tool.ToolAnnotations => ({
-  title,
-  readOnlyHint: readOnly,
-  destructiveHint: destructive,
-  idempotentHint: idempotent,
-  openWorldHint: false
-})
-
 const inventory = (session: string) =>
   Effect.flatMap(Computers, (computers) =>
     Effect.all([computers.list(session), computers.pool]).pipe(
@@ -66,7 +58,7 @@ export const make = () => [
       "command runner and each computer's processes.",
     input: Schema.Struct({}),
     output: Inventory,
-    annotations: annotations("Sandbox Computer Dashboard", true, false, true),
+    annotations: Tool.annotations("Sandbox Computer Dashboard", true, false, true),
     // Both keys: the specification's, and the flat one older hosts read.
     meta: { ui: { resourceUri: Dashboard.resourceUri, visibility: ["model", "app"] }, "ui/resourceUri": Dashboard.resourceUri },
     handle: (_input, context) => inventory(context.session)
@@ -77,7 +69,7 @@ export const make = () => [
       "state, backend, image, provider id (sandbox_id), temporary/permanent, created time and live processes.",
     input: Schema.Struct({}),
     output: Inventory,
-    annotations: annotations("List computers", true, false, true),
+    annotations: Tool.annotations("List computers", true, false, true),
     handle: (_input, context) => inventory(context.session)
   }),
   Tool.make({
@@ -92,7 +84,7 @@ export const make = () => [
       }))
     }),
     output: Created,
-    annotations: annotations("Create a computer", false, false, true),
+    annotations: Tool.annotations("Create a computer", false, false, true),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.create(context.session, input)).pipe(Effect.flatMap(created))
   }),
@@ -102,7 +94,7 @@ export const make = () => [
       "(ps shows why).",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Created,
-    annotations: annotations("Restart a computer", false, true, false),
+    annotations: Tool.annotations("Restart a computer", false, true, false),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.restart(context.session, input.computer_id)).pipe(Effect.flatMap(created))
   }),
@@ -112,7 +104,7 @@ export const make = () => [
       "files are gone.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Created,
-    annotations: annotations("Factory-reset a computer", false, true, false),
+    annotations: Tool.annotations("Factory-reset a computer", false, true, false),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.factoryReset(context.session, input.computer_id)).pipe(
         Effect.flatMap(created)
@@ -123,7 +115,7 @@ export const make = () => [
     description: "Permanently delete a computer (temporary or permanent) and everything in it.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Schema.Struct({ ok: Schema.Boolean, computer_id: Schema.String, deleted: Schema.Boolean }),
-    annotations: annotations("Delete a computer", false, true, true),
+    annotations: Tool.annotations("Delete a computer", false, true, true),
     handle: (input, context) =>
       Effect.flatMap(Computers, (computers) => computers.delete(context.session, input.computer_id)).pipe(
         Effect.as({ ok: true, computer_id: input.computer_id, deleted: true })
@@ -149,7 +141,7 @@ export const make = () => [
       content: Schema.String.annotations({ description: "The file's content: utf8 text, or base64 with encoding=base64" }),
       truncated: Schema.Boolean
     }),
-    annotations: annotations("Read a file", true, false, true),
+    annotations: Tool.annotations("Read a file", true, false, true),
     handle: (input, context) => Effect.flatMap(Files, (files) => files.read(context.session, input))
   }),
   Tool.make({
@@ -167,7 +159,7 @@ export const make = () => [
       temporary: Schema.optional(Temporary)
     }),
     output: Schema.Struct({ computer_id: Schema.String, path: Schema.String, bytes: Schema.Number }),
-    annotations: annotations("Write a file", false, true, false),
+    annotations: Tool.annotations("Write a file", false, true, false),
     handle: (input, context) => Effect.flatMap(Files, (files) => files.write(context.session, input))
   })
 ]

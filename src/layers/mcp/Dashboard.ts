@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { readFile } from "node:fs/promises"
 import { fileURLToPath } from "node:url"
-import { inPackage } from "../PackageRoot.js"
+import { inPackage } from "../server/PackageRoot.js"
 
 export const resourceUri = "ui://kilntainers/computers"
 export const mimeType = "text/html;profile=mcp-app"

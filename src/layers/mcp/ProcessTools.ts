@@ -1,41 +1,41 @@
 /**
  * The process tools: process-mcp's spawn, ps, stdin, stdout and kill (their result fields, with
- * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each decodes its input, calls one
- * Processes method with the calling session, and returns what it answers.
+ * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each takes its input Schema from the
+ * service (`services/ProcessInputs.ts`, every check there) with words for clients, calls one
+ * Processes method with the calling session and the decoded input, and returns what it answers.
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
-import { describeEscapes } from "../../actors/StdinEscapes.js"
+import { describeEscapes } from "../../domain/StdinEscapes.js"
 import { envNameRule } from "../../domain/Environment.js"
+import type { ProcessError } from "../../domain/Errors.js"
 import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
-import { Processes } from "../../services/Processes.js"
+import { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../../services/ProcessInputs.js"
+import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import * as Tool from "./Tool.js"
 
 const described = <S extends Schema.Schema<any, any, never>>(schema: S, description: string): S =>
   schema.annotations({ description }) as S
-const Int = (description: string, min: number, max?: number) =>
-  described(
-    max === undefined
-      ? Schema.Number.pipe(Schema.int(), Schema.greaterThanOrEqualTo(min))
-      : Schema.Number.pipe(Schema.int(), Schema.between(min, max)),
-    description
-  )
 const Text = (description: string) => described(Schema.String, description)
-const Flag = (description: string) => described(Schema.Boolean, description)
 
-const Env = described(
-  Schema.Record({ key: Schema.String, value: Schema.String }),
-  `Environment variables for this process, on top of the computer's minimal environment (${envNameRule})`
-)
-const ComputerFields = {
-  computer_id: Schema.optional(Text("Computer slug (1-63 of a-z, 0-9, '-'); omit for this session's default computer")),
-  temporary: Schema.optional(Flag("Remove the computer when this session ends (default true); false keeps it, reachable by id"))
+const envText = `Environment variables for this process, on top of the computer's minimal environment (${envNameRule})`
+const computerText = {
+  computer_id: "Computer slug (1-63 of a-z, 0-9, '-'); omit for this session's default computer",
+  temporary: "Remove the computer when this session ends (default true); false keeps it, reachable by id"
 }
-const Pid = Text("The process handle that spawn returned (ps lists them)")
-const OnComputer = Schema.optional(Text("The process's computer (optional; checked when given)"))
-const MaxBytes = (settings: SettingsShape) =>
-  Schema.optional(Int(`Most output bytes inline, both streams together (default ${settings.inlineBytes}); longer output keeps head and tail`, 1))
+const pidText = "The process handle that spawn returned (ps lists them)"
+const Pid = Text(pidText)
+/** The words for the process every call after spawn names. */
+const refText = { id: pidText, computer_id: "The process's computer (optional; checked when given)" }
+/** A tool's one service call: a Processes method with the calling session (and, for those that wait, its progress). */
+const calling = <I, O>(
+  method: (processes: Processes["Type"]) => (session: string, input: I, progress?: ProgressReporter) => Effect.Effect<O, ProcessError>
+) =>
+(input: I, context: Tool.ToolContext) => Effect.flatMap(Processes, (processes) => method(processes)(context.session, input, context.progress))
+
+const maxBytesText = (settings: SettingsShape) =>
+  `Most output bytes inline, both streams together (default ${settings.inlineBytes}); longer output keeps head and tail`
 
 // ---- result fields, in one place for every tool --------------------------------------------------
 const State = {
@@ -70,14 +70,6 @@ const Output = {
 }
 const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
 
-const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): Tool.ToolAnnotations => ({
-  title,
-  readOnlyHint: readOnly,
-  destructiveHint: destructive,
-  idempotentHint: idempotent,
-  openWorldHint: false
-})
-
 const execDescription = (settings: SettingsShape) => {
   const base = settings.toolInstructionOverride ??
     `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. ` +
@@ -101,21 +93,18 @@ export const make = (settings: SettingsShape) => [
       `(default ${settings.spawnTimeoutMs}); a process still running then moves to the background and keeps running — ` +
       "you get its pid and the output so far. background=true returns at once. tty=true gives a real terminal " +
       "(vim, less, a REPL, top): stdout is then the rendered screen.",
-    input: Schema.Struct({
-      command: Text(`Shell command line, run with ${settings.shell} -c`),
-      cwd: Schema.optional(Text("Working directory (default the computer's home, /home/agent)")),
-      env: Schema.optional(Env),
-      tty: Schema.optional(Flag("Run on a real terminal")),
-      background: Schema.optional(Flag("Return at once; the process runs in the background")),
-      timeoutMs: Schema.optional(Int(
-        `Longest wait before returning with the process still running (default ${settings.spawnTimeoutMs}; at most ${settings.maxCallMs} without a progress token)`,
-        0
-      )),
-      pattern: Schema.optional(Text("Return as soon as the output matches this regular expression (a ready line)")),
-      cols: Schema.optional(Int(`Terminal columns (tty, default ${settings.cols})`, 2, 1000)),
-      rows: Schema.optional(Int(`Terminal rows (tty, default ${settings.rows})`, 2, 1000)),
-      maxBytes: MaxBytes(settings),
-      ...ComputerFields
+    input: Tool.described(SpawnInput, {
+      command: `Shell command line, run with ${settings.shell} -c`,
+      cwd: "Working directory (default the computer's home, /home/agent)",
+      env: envText,
+      tty: "Run on a real terminal",
+      background: "Return at once; the process runs in the background",
+      timeoutMs: `Longest wait before returning with the process still running (default ${settings.spawnTimeoutMs}; at most ${settings.maxCallMs} without a progress token)`,
+      pattern: "Return as soon as the output matches this regular expression (a ready line)",
+      cols: `Terminal columns (tty, default ${settings.cols})`,
+      rows: `Terminal rows (tty, default ${settings.rows})`,
+      maxBytes: maxBytesText(settings),
+      ...computerText
     }),
     output: Schema.Struct({
       ...State,
@@ -124,37 +113,36 @@ export const make = (settings: SettingsShape) => [
       match: Schema.optional(Text("What `pattern` matched")),
       note: Note
     }),
-    annotations: annotations("Start a process", false, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.spawn(context.session, input, context.progress))
+    annotations: Tool.annotations("Start a process", false, false, false),
+    handle: calling((processes) => processes.spawn)
   }),
   Tool.make({
     name: "ps",
     description: `List processes: the running ones and the ${settings.psFinished} most recently finished (status and limit show more).`,
-    input: Schema.Struct({
-      computer_id: Schema.optional(Text("Only this computer's processes")),
-      status: Schema.optional(described(Schema.Literal("running", "terminated", "all"), "Only these (default: running plus the last few finished)")),
-      limit: Schema.optional(Int("Most processes to list", 1))
+    input: Tool.described(ListFilter, {
+      computer_id: "Only this computer's processes",
+      status: "Only these (default: running plus the last few finished)",
+      limit: "Most processes to list"
     }),
     output: Schema.Struct({
       processes: Schema.Array(ProcessInfo),
       hidden: Schema.optional(described(Schema.Number, "Processes not listed (ask with status or limit)"))
     }),
-    annotations: annotations("List processes", true, false, true),
+    annotations: Tool.annotations("List processes", true, false, true),
     // process-mcp's clients read the text as the list itself.
     text: (result) => result.processes,
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.list(context.session, input))
+    handle: calling((processes) => processes.list)
   }),
   Tool.make({
     name: "stdin",
     description: `Send input to a process (a TTY or a pipe) and get the output that follows (or the settled screen). ${describeEscapes} ` +
       "eof=true closes stdin (a pipe) or sends Ctrl-D (a TTY) after the input.",
-    input: Schema.Struct({
-      id: Pid,
-      input: Schema.optionalWith(Text("Text to send, with escapes"), { default: () => "" }),
-      eof: Schema.optional(Flag("Close stdin after the input")),
-      yieldMs: Schema.optional(Int(`Longest wait for the output that follows (default ${settings.stdinYieldMs}; it returns once output pauses)`, 0)),
-      maxBytes: MaxBytes(settings),
-      computer_id: OnComputer
+    input: Tool.described(StdinInput, {
+      ...refText,
+      input: "Text to send, with escapes",
+      eof: "Close stdin after the input",
+      yieldMs: `Longest wait for the output that follows (default ${settings.stdinYieldMs}; it returns once output pauses)`,
+      maxBytes: maxBytesText(settings)
     }),
     output: Schema.Struct({
       ...State,
@@ -162,34 +150,32 @@ export const make = (settings: SettingsShape) => [
       eof: Schema.optional(Schema.Literal(true)),
       ...Output
     }),
-    annotations: annotations("Send input", false, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.stdin(context.session, input))
+    annotations: Tool.annotations("Send input", false, false, false),
+    handle: calling((processes) => processes.stdin)
   }),
   Tool.make({
     name: "stdout",
     description: "View a process's output: its last `lines` lines (default 100), or what came since the cursors of an " +
       "earlier result (stdoutCursor/stderrCursor = its `next`). A TTY process: the rendered screen (and scrollback if asked).",
-    input: Schema.Struct({
-      id: Pid,
-      lines: Schema.optional(Int("Last N lines (default 100 when no cursor is given)", 1, 100_000)),
-      stdoutCursor: Schema.optional(Int("Read stdout from this byte offset", 0)),
-      stderrCursor: Schema.optional(Int("Read stderr from this byte offset", 0)),
-      maxBytes: MaxBytes(settings),
-      scrollback: Schema.optional(Flag("TTY: also the lines that scrolled off the screen")),
-      computer_id: OnComputer
+    input: Tool.described(ReadInput, {
+      ...refText,
+      lines: "Last N lines (default 100 when no cursor is given)",
+      stdoutCursor: "Read stdout from this byte offset",
+      stderrCursor: "Read stderr from this byte offset",
+      maxBytes: maxBytesText(settings),
+      scrollback: "TTY: also the lines that scrolled off the screen"
     }),
     output: Schema.Struct({ ...State, ...Output }),
-    annotations: annotations("Read output", true, false, true),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.read(context.session, input))
+    annotations: Tool.annotations("Read output", true, false, true),
+    handle: calling((processes) => processes.read)
   }),
   Tool.make({
     name: "kill",
     description: "Send a signal to a process and its whole process group (default SIGTERM; also SIGKILL, SIGINT, SIGHUP, … " +
       "or a number). SIGKILL ends its whole tree, background and setsid children included. Reports how it stands after.",
-    input: Schema.Struct({
-      id: Pid,
-      signal: Schema.optional(Text("Signal name or number (default SIGTERM)")),
-      computer_id: OnComputer
+    input: Tool.described(KillInput, {
+      ...refText,
+      signal: "Signal name or number (default SIGTERM)"
     }),
     output: Schema.Struct({
       ...State,
@@ -197,21 +183,20 @@ export const make = (settings: SettingsShape) => [
       descendantsKilled: Schema.optional(described(Schema.Number, "Other processes of its tree that ended with it")),
       message: Text("What happened, in words")
     }),
-    annotations: annotations("Signal a process", false, true, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.kill(context.session, input))
+    annotations: Tool.annotations("Signal a process", false, true, false),
+    handle: calling((processes) => processes.kill)
   }),
   Tool.make({
     name: "wait",
     description: "Wait for a process until it exits (default), its output matches `pattern`, or it is quiet for `quietMs` — " +
       `bounded by timeoutMs (default 30000; at most ${settings.maxCallMs} without a progress token). Returns the output that ` +
       "arrived meanwhile. Cancelling the call ends the wait, not the process.",
-    input: Schema.Struct({
-      id: Pid,
-      pattern: Schema.optional(Text("Regular expression to look for in the output")),
-      quietMs: Schema.optional(Int("Return once no output came for this long", 1)),
-      timeoutMs: Schema.optional(Int("Longest wait in ms", 0)),
-      maxBytes: MaxBytes(settings),
-      computer_id: OnComputer
+    input: Tool.described(WaitInput, {
+      ...refText,
+      pattern: "Regular expression to look for in the output",
+      quietMs: "Return once no output came for this long",
+      timeoutMs: "Longest wait in ms",
+      maxBytes: maxBytesText(settings)
     }),
     output: Schema.Struct({
       ...State,
@@ -221,20 +206,20 @@ export const make = (settings: SettingsShape) => [
       ...Output,
       note: Note
     }),
-    annotations: annotations("Wait for a process", true, false, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.wait(context.session, input, context.progress))
+    annotations: Tool.annotations("Wait for a process", true, false, false),
+    handle: calling((processes) => processes.wait)
   }),
   Tool.make({
     name: "sandbox_exec",
     description: execDescription(settings),
-    input: Schema.Struct({
-      command: Schema.optional(Text(`Shell command line, run with ${settings.shell} -c`)),
-      args: Schema.optional(described(Schema.Array(Schema.String), "argv to run without a shell (instead of command)")),
-      stdin: Schema.optional(Text("Text piped to the command's stdin, then EOF")),
-      working_directory: Schema.optional(Text("Absolute working directory (default /home/agent)")),
-      timeout: Schema.optional(described(Schema.Number.pipe(Schema.greaterThanOrEqualTo(1)), `Seconds before the command is killed (default ${settings.timeout})`)),
-      env: Schema.optional(Env),
-      ...ComputerFields
+    input: Tool.described(ExecInput, {
+      command: `Shell command line, run with ${settings.shell} -c`,
+      args: "argv to run without a shell (instead of command)",
+      stdin: "Text piped to the command's stdin, then EOF",
+      working_directory: "Absolute working directory (default /home/agent)",
+      timeout: `Seconds before the command is killed (default ${settings.timeout})`,
+      env: envText,
+      ...computerText
     }),
     output: Schema.Struct({
       stdout: Text("stdout (head and tail when long)"),
@@ -253,7 +238,7 @@ export const make = (settings: SettingsShape) => [
       next: Schema.optional(Cursors),
       note: Note
     }),
-    annotations: annotations("Run a command", false, true, false),
-    handle: (input, context) => Effect.flatMap(Processes, (processes) => processes.exec(context.session, input, context.progress))
+    annotations: Tool.annotations("Run a command", false, true, false),
+    handle: calling((processes) => processes.exec)
   })
 ]

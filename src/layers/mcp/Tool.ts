@@ -1,6 +1,7 @@
 import type * as Effect from "effect/Effect"
 import * as JSONSchema from "effect/JSONSchema"
-import type * as Schema from "effect/Schema"
+import * as Schema from "effect/Schema"
+import * as AST from "effect/SchemaAST"
 import type { ProgressReporter } from "../../services/Processes.js"
 
 /** What a tool handler knows of the call beyond its input. */
@@ -19,6 +20,15 @@ export interface ToolAnnotations {
   readonly openWorldHint: boolean
 }
 
+/** A tool's hints to clients. None of ours reaches beyond its computers (openWorldHint false). */
+export const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): ToolAnnotations => ({
+  title,
+  readOnlyHint: readOnly,
+  destructiveHint: destructive,
+  idempotentHint: idempotent,
+  openWorldHint: false
+})
+
 /** A tool: Schema-typed input and output, one service call. */
 export interface Tool<I, O, R> {
   readonly name: string
@@ -34,6 +44,38 @@ export interface Tool<I, O, R> {
 }
 
 export const make = <I, O, R>(tool: Tool<I, O, R>): Tool<I, O, R> => tool
+
+const describeFields = (ast: AST.AST, descriptions: Readonly<Record<string, string>>): AST.AST => {
+  switch (ast._tag) {
+    case "TypeLiteral":
+      return new AST.TypeLiteral(
+        ast.propertySignatures.map((field) =>
+          typeof field.name === "string" && descriptions[field.name] !== undefined
+            ? new AST.PropertySignature(field.name, field.type, field.isOptional, field.isReadonly, {
+              ...field.annotations,
+              [AST.DescriptionAnnotationId]: descriptions[field.name]
+            })
+            : field
+        ),
+        ast.indexSignatures,
+        ast.annotations
+      )
+    case "Refinement":
+      return new AST.Refinement(describeFields(ast.from, descriptions), ast.filter, ast.annotations)
+    default:
+      throw new Error(`a tool's input is a Struct (with checks), not ${ast._tag}`)
+  }
+}
+
+/**
+ * A service's input Schema with each argument described for clients (tools/list), every one of
+ * them; what it decodes is unchanged. The Schema (and its checks) belongs to the service; the
+ * words, which name this server's defaults, to the tool.
+ */
+export const described = <A, I>(
+  schema: Schema.Schema<A, I>,
+  descriptions: { readonly [K in keyof I & string]-?: string }
+): Schema.Schema<A, I> => Schema.make(describeFields(schema.ast, descriptions))
 
 /** Effect's own names for refinements (`int`, `between(1, 9)`): not for a client's eyes. */
 const internalTitle = /^[a-zA-Z]+(?:\(.*\))?$/

@@ -8,7 +8,7 @@
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
 import * as Effect from "effect/Effect"
 import { ClientSpan, fromMeta } from "../tracing/TraceContext.js"
-import { annotate, Attr, type Attributes, enabled, span } from "../tracing/Tracing.js"
+import { annotate, Attr, type Attributes, enabled, span } from "../../services/Spans.js"
 
 export interface ToolCall {
   /** The tool's name as the client sent it (cut: it may be anything). */

@@ -9,20 +9,13 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import { firstNulProblem } from "../../domain/CString.js"
-import { envProblem } from "../../domain/Environment.js"
-import { InvalidInput } from "../../domain/Errors.js"
 import { signalNumber } from "../../domain/Signals.js"
 import type { ExitInfo } from "../../services/Backend.js"
-import type { ExecInput, ExecResult, OutputLimit, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
+import type { ExecInput } from "../../services/ProcessInputs.js"
+import type { ExecResult, OutputLimit, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import { outputFields } from "./Output.js"
 import { callBudget, withProgress } from "./Waiting.js"
-
-/** The most stdin one sandbox_exec call takes. */
-export const maxExecStdinBytes = 8 * 1024 * 1024
-
-const encoder = new TextEncoder()
 
 export const exitCodeOf = (exit: ExitInfo): number =>
   exit.exitCode ?? (exit.signal !== null ? 128 + (signalNumber(exit.signal) ?? 9) : 1)
@@ -36,37 +29,14 @@ export interface ExecPlan {
   readonly stdin: Uint8Array | undefined
 }
 
-/** Checks an exec call the way Kilntainers does (exactly one of command or args, an absolute directory). */
-export const plan = (settings: SettingsShape, input: ExecInput): Effect.Effect<ExecPlan, InvalidInput> =>
-  Effect.gen(function*() {
-    const command = input.command === "" ? undefined : input.command
-    const args = input.args && input.args.length > 0 ? input.args : undefined
-    if (command !== undefined && args !== undefined) {
-      return yield* new InvalidInput({ message: "Cannot provide both command and args: give command (a shell command line) or args (an argv list)" })
-    }
-    if (command === undefined && args === undefined) {
-      return yield* new InvalidInput({ message: "Provide either command (a shell command line) or args (an argv list)" })
-    }
-    const problem = firstNulProblem([
-      ["command", command],
-      ["working_directory", input.working_directory],
-      ...(args ?? []).map((arg, i) => [`args[${i}]`, arg] as const)
-    ]) ?? envProblem(input.env)
-    if (problem !== undefined) return yield* new InvalidInput({ message: problem })
-    const cwd = input.working_directory === "" ? undefined : input.working_directory
-    if (cwd !== undefined && !cwd.startsWith("/")) {
-      return yield* new InvalidInput({ message: "working_directory must be an absolute path (start with /)" })
-    }
-    const timeoutSec = input.timeout ?? settings.timeout
-    if (!(Number.isFinite(timeoutSec) && timeoutSec >= 1)) {
-      return yield* new InvalidInput({ message: "timeout must be a number of seconds >= 1" })
-    }
-    const stdin = input.stdin === undefined || input.stdin === "" ? undefined : encoder.encode(input.stdin)
-    if (stdin && stdin.length > maxExecStdinBytes) {
-      return yield* new InvalidInput({ message: `stdin is larger than ${maxExecStdinBytes} bytes; write a file instead` })
-    }
-    return { argv: args, command, cwd, timeoutSec, stdin }
-  })
+/** An exec call as it runs: command or argv (the decoded input has exactly one), the directory, the timeout. */
+export const plan = (settings: SettingsShape, input: ExecInput): ExecPlan => ({
+  argv: input.args !== undefined && input.args.length > 0 ? input.args : undefined,
+  command: input.command === "" ? undefined : input.command,
+  cwd: input.working_directory === "" ? undefined : input.working_directory,
+  timeoutSec: input.timeout ?? settings.timeout,
+  stdin: input.stdin
+})
 
 const appendLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}`
 

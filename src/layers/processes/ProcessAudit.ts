@@ -22,13 +22,20 @@ export interface StartedProcess {
 
 const sessionOf = (session: string) => (session === "" ? undefined : session)
 
+export interface ProcessAudit {
+  /** Recorded before the spawn, so that its end (which may come at once) always follows it. */
+  readonly started: (request: StartedProcess) => Effect.Effect<void>
+  /** The spawn failed: the process never ran. */
+  readonly failed: (request: StartedProcess, why: string) => Effect.Effect<void>
+  readonly ended: (process: ProcessHandle, session: string) => Effect.Effect<void>
+}
+
 /** The recorder of a runtime; a no-op without an audit log. */
-export const make = (audit: Option.Option<AuditLogShape>) => {
+export const make = (audit: Option.Option<AuditLogShape>): ProcessAudit => {
   if (Option.isNone(audit)) return { started: () => Effect.void, failed: () => Effect.void, ended: () => Effect.void }
   const log = audit.value
   return {
-    /** Recorded before the spawn, so that its end (which may come at once) always follows it. */
-    started: (request: StartedProcess): Effect.Effect<void> =>
+    started: (request) =>
       log.record({
         type: "process.started",
         session: sessionOf(request.session),
@@ -38,8 +45,7 @@ export const make = (audit: Option.Option<AuditLogShape>) => {
         cwd: request.cwd,
         tty: request.tty
       }),
-    /** The spawn failed: the process never ran. */
-    failed: (request: StartedProcess, why: string): Effect.Effect<void> =>
+    failed: (request, why) =>
       log.record({
         type: "process.ended",
         session: sessionOf(request.session),
@@ -51,7 +57,7 @@ export const make = (audit: Option.Option<AuditLogShape>) => {
         stderrBytes: 0,
         reason: `not started: ${why}`
       }),
-    ended: (process: ProcessHandle, session: string): Effect.Effect<void> =>
+    ended: (process, session) =>
       Effect.gen(function*() {
         const info = yield* process.info
         const totals = yield* process.totals

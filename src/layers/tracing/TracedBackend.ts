@@ -9,7 +9,7 @@
 import * as Effect from "effect/Effect"
 import type { ComputerMetadata } from "../../domain/ComputerMetadata.js"
 import type { Backend, Instance, Query } from "../../services/Backend.js"
-import { annotate, Attr, type Attributes, span } from "./Tracing.js"
+import { annotate, Attr, type Attributes, span } from "../../services/Spans.js"
 
 const ofInstance = (instance: Instance): Attributes => ({
   [Attr.computerId]: instance.metadata.id,

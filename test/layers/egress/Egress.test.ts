@@ -6,7 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import * as AuditLog from "../../../src/layers/egress/AuditLog.js"
+import * as AuditLog from "../../../src/layers/AuditLog.js"
 import * as Egress from "../../../src/layers/egress/Egress.js"
 import { defaultSettings } from "../../../src/services/Settings.js"
 
@@ -38,7 +38,7 @@ describe("Egress", () => {
         GIT_SSL_CAINFO: "/etc/ssl/certs/ca-certificates.crt",
         PIP_CERT: "/etc/ssl/certs/ca-certificates.crt"
       })
-      assert.strictEqual(plain.relay.port, 3128)
+      assert.strictEqual(plain.computer.relayPort, 3128)
       assert.strictEqual(plain.computer.caBundlePath, "/etc/ssl/certs/ca-certificates.crt")
       assert.isUndefined(plain.caCertificate)
       assert.isAbove(plain.computer.caBundle.split("BEGIN CERTIFICATE").length, 50, "the system's roots")

@@ -8,6 +8,7 @@ import * as HttpServer from "../../../src/layers/mcp/HttpServer.js"
 import { ready, serve, type ToolServices } from "../../../src/layers/mcp/McpServer.js"
 import * as Runtime from "../../../src/layers/Runtime.js"
 import * as Tracing from "../../../src/layers/tracing/Tracing.js"
+import * as Spans from "../../../src/services/Spans.js"
 import { Settings, type SettingsShape } from "../../../src/services/Settings.js"
 import * as OtlpReceiver from "../../support/OtlpReceiver.js"
 import * as ScriptedBackend from "../../support/ScriptedBackend.js"
@@ -287,8 +288,8 @@ describe("traces over OTLP/HTTP", () => {
       const receiver = yield* OtlpReceiver.make
       const layer = Tracing.layer({ endpoint: receiver.endpoint, serviceName: "kt", serviceVersion: "0", instanceId: "i", exportDelayMs: 50 })
       yield* Effect.gen(function*() {
-        yield* Tracing.egressBytes({ sent: 120, received: 4096 }).pipe(
-          Tracing.egress({
+        yield* Spans.egressBytes({ sent: 120, received: 4096 }).pipe(
+          Spans.egress({
             computerId: "box",
             host: "api.github.com",
             port: 443,
@@ -299,7 +300,7 @@ describe("traces over OTLP/HTTP", () => {
             injected: ["Authorization"]
           })
         )
-        yield* Effect.void.pipe(Tracing.egress({ computerId: "box", host: "evil.example", port: 443, method: "CONNECT", allowed: false, rule: "evil.example" }))
+        yield* Effect.void.pipe(Spans.egress({ computerId: "box", host: "evil.example", port: 443, method: "CONNECT", allowed: false, rule: "evil.example" }))
       }).pipe(Effect.provide(layer))
       const [allowed, denied] = receiver.named("egress")
       assert.isDefined(allowed)
@@ -366,13 +367,13 @@ describe("without an endpoint", () => {
     Effect.gen(function*() {
       let computed = 0
       const probe = Effect.gen(function*() {
-        const on = yield* Tracing.enabled
-        yield* Tracing.annotate(() => {
+        const on = yield* Spans.enabled
+        yield* Spans.annotate(() => {
           computed++
           return {}
         })
         return on
-      }).pipe(Tracing.span("probe", {
+      }).pipe(Spans.span("probe", {
         attributes: () => {
           computed++
           return {}

@@ -8,7 +8,10 @@
  * ("agent protocol violation: …"), the agent is killed, and nothing is thrown into the caller.
  * Its failures are ProviderErrors of the backend that runs it ("Unavailable": the agent is gone).
  */
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import type { Readable, Writable } from "node:stream"
 import type { AgentChannel } from "./AgentChannel.js"
 import { type ProviderError, providerError, SpawnFailed } from "../../../domain/Errors.js"
@@ -60,24 +63,6 @@ export interface AgentOptions {
   readonly onLog?: ((text: string) => void) | undefined
 }
 
-/** Fibers waiting until a condition holds, resumed together. */
-class Waiters {
-  private readonly waiting = new Set<() => void>()
-  constructor(private readonly holds: () => boolean) {}
-
-  readonly await: Effect.Effect<void> = Effect.async<void>((resume) => {
-    if (this.holds()) return resume(Effect.void)
-    const waiter = () => resume(Effect.void)
-    this.waiting.add(waiter)
-    return Effect.sync(() => this.waiting.delete(waiter))
-  })
-
-  release(): void {
-    for (const waiter of this.waiting) waiter()
-    this.waiting.clear()
-  }
-}
-
 /** How long to wait for the rest of the channel after the agent exited. */
 const DRAIN_AFTER_EXIT = "1 second"
 /**
@@ -90,10 +75,13 @@ const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g
 
 export class AgentClient {
   private readonly entries = new Map<number, Entry>()
-  /** The client is done (the agent died, broke the protocol, or was shut down). */
-  private readonly gone = new Waiters(() => this.dead !== undefined)
-  /** The agent process exited (its channel may still hold frames). */
-  private readonly agentExited = new Waiters(() => this.exitReason !== undefined)
+  /**
+   * Opens when the client is done (the agent died, broke the protocol, or was shut down). Latches:
+   * the channel's callbacks open them synchronously, and every fiber waiting goes on.
+   */
+  private readonly gone = Effect.unsafeMakeLatch(false)
+  /** Opens when the agent process exited (its channel may still hold frames). */
+  private readonly agentExited = Effect.unsafeMakeLatch(false)
   /** Why the agent process exited, once it has (its channel may still hold frames). */
   private exitReason: string | undefined
   private readonly decoder: FrameDecoder
@@ -103,8 +91,8 @@ export class AgentClient {
   private closing = false
   private stderrTail = ""
   private stderrBytes = 0
-  private readyWaiter: ((error: string | undefined) => void) | undefined
-  private wasReady = false
+  /** Done once the agent reported READY, or failed with why it never will. */
+  private readonly readiness = Deferred.unsafeMake<void, string>(FiberId.none)
   /** Processes whose consumers are full: while any, the channel is not read. */
   private readonly held = new Set<number>()
 
@@ -121,12 +109,7 @@ export class AgentClient {
   ) {
     this.relay = new RelayHub(backend, (type, id, payload) => this.send(type, id, payload), options.relay)
     this.decoder = new FrameDecoder({
-      ready: () => {
-        this.wasReady = true
-        const waiter = this.readyWaiter
-        this.readyWaiter = undefined
-        waiter?.(undefined)
-      },
+      ready: () => Deferred.unsafeDone(this.readiness, Exit.void),
       started: (id, pid) => this.settle(id, { pid }),
       spawnFailed: (id, reason) => {
         const entry = this.entries.get(id)
@@ -181,7 +164,7 @@ export class AgentClient {
       this.exitReason = `the computer's agent ${how}${detail ? `: ${detail}` : ""}`
       // Frames still in the channel come first (see drainAfterExit).
       if (channelEnded) this.die(this.exitReason)
-      this.agentExited.release()
+      this.agentExited.unsafeOpen()
     })
   }
 
@@ -222,15 +205,9 @@ export class AgentClient {
   }
 
   /** Succeeds once the agent reported READY; fails with the reason it did not (e.g. bwrap's message). */
-  readonly ready: Effect.Effect<void, ProviderError> = Effect.async((resume) => {
-    if (this.wasReady) return resume(Effect.void)
-    if (this.dead !== undefined) return resume(Effect.fail(this.unavailable("start the computer's agent", this.dead)))
-    this.readyWaiter = (error) =>
-      resume(error === undefined ? Effect.void : Effect.fail(this.unavailable("start the computer's agent", error)))
-    return Effect.sync(() => {
-      this.readyWaiter = undefined
-    })
-  })
+  readonly ready: Effect.Effect<void, ProviderError> = Deferred.await(this.readiness).pipe(
+    Effect.mapError((reason) => this.unavailable("start the computer's agent", reason))
+  )
 
   /** Why the agent is unusable, or undefined while it runs. */
   get failure(): string | undefined {
@@ -255,9 +232,8 @@ export class AgentClient {
     this.channel.destroy()
     this.relay.dead()
     if (!this.closing) this.options.onLost?.(reason)
-    const waiter = this.readyWaiter
-    this.readyWaiter = undefined
-    waiter?.(reason)
+    // A no-op once it was ready.
+    Deferred.unsafeDone(this.readiness, Exit.fail(reason))
     const entries = [...this.entries.values()]
     this.entries.clear()
     for (const entry of entries) {
@@ -271,7 +247,7 @@ export class AgentClient {
       }
       entry.handlers.onClosed(undefined)
     }
-    this.gone.release()
+    this.gone.unsafeOpen()
   }
 
   private send(type: number, id: number, payload?: Uint8Array): void {
@@ -292,10 +268,6 @@ export class AgentClient {
       }
       // A terminal's process always gets its shell: interactive programs start under it.
       const payload = encodeSpawn(tty === undefined ? spec : { ...spec, direct: undefined })
-      if (payload === undefined || spec.argv.length === 0) {
-        resume(Effect.fail(new SpawnFailed({ command, reason: "argv is empty or contains a NUL byte" })))
-        return
-      }
       const id = this.nextId++
       const entry: Entry = { handlers, pending: undefined, exited: false }
       entry.pending = (result) => {

@@ -7,7 +7,7 @@
  */
 import * as Effect from "effect/Effect"
 import { type ProviderError, providerError, Unsupported } from "../../../domain/Errors.js"
-import type { BackendProcess, ExitInfo, SpawnSpec } from "../../../services/Backend.js"
+import { type BackendProcess, checkSpec, type ExitInfo, type SpawnSpec } from "../../../services/Backend.js"
 import { ProcessEvents } from "../ProcessEvents.js"
 import type { AgentClient } from "./AgentClient.js"
 import { directArgv } from "../../../domain/SimpleCommand.js"
@@ -37,6 +37,7 @@ const exitWithTeardown = (exit: ExitInfo, ended: number): ExitInfo => ended > 0 
  */
 export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec) =>
   Effect.gen(function*() {
+    yield* checkSpec(spec)
     const tty = spec.tty
     if (tty !== undefined && !validSize(tty.cols, tty.rows)) return yield* invalidSize(backend, "start a process", tty.cols, tty.rows)
     const events = new ProcessEvents()
@@ -64,7 +65,6 @@ export const spawn = (backend: string, client: AgentClient, spec: SpawnSpec) =>
     const write = (data: Uint8Array) => alive("write to a process").pipe(Effect.andThen(() => client.write(id, data)))
     const process: BackendProcess = {
       pid,
-      events: events.events,
       pull: events.pull,
       write,
       // On a terminal, EOF is what Ctrl-D types.

@@ -74,13 +74,12 @@ export interface AgentSpawnSpec {
 
 /**
  * SPAWN: `u32 argc | u32 envc | cwd\0 | argv\0… | K=V\0…`; with `direct` (SPAWN_DIRECT), a
- * `u32 directc` before it and `direct\0…` after. Undefined when a string holds a NUL byte.
+ * `u32 directc` before it and `direct\0…` after. The spec has passed `specProblem` (no string holds NUL).
  */
-export const encodeSpawn = (spec: AgentSpawnSpec): Buffer | undefined => {
+export const encodeSpawn = (spec: AgentSpawnSpec): Buffer => {
   const env = Object.entries(spec.env).map(([key, value]) => `${key}=${value}`)
   const direct = spec.direct ?? []
   const strings = [spec.cwd, ...spec.argv, ...env, ...direct]
-  if (strings.some((s) => s.includes("\0"))) return undefined
   const body = Buffer.from(strings.join("\0") + "\0", "utf8")
   const head = direct.length > 0 ? 12 : 8
   const payload = Buffer.allocUnsafe(head + body.length)

@@ -7,7 +7,7 @@ import { execFile } from "node:child_process"
 import { existsSync } from "node:fs"
 import { join } from "node:path"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { packageRoot } from "../../PackageRoot.js"
+import { packageRoot } from "../../server/PackageRoot.js"
 import * as NativeChecksums from "./NativeChecksums.js"
 
 /** A native helper as it was checked against its manifest: where it was found, and the bytes hashed. */
@@ -26,7 +26,7 @@ export interface NativeBinaries {
   readonly agentBytes: Uint8Array
 }
 
-export { packageRoot } from "../../PackageRoot.js"
+export { packageRoot } from "../../server/PackageRoot.js"
 
 /**
  * Finds native helper `name` (`kt-agent`, `kt-sandbox`) for `platform` (default: this machine's),

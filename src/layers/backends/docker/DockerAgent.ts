@@ -16,6 +16,7 @@ import * as AgentClient from "../agent/AgentClient.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
 import type { RelayListener } from "../agent/Relay.js"
 import { Demuxer } from "./Demuxer.js"
+import type { Engine } from "./DockerEngine.js"
 import { archive } from "./Ustar.js"
 
 /** Where the agent lives inside the container. */
@@ -84,8 +85,7 @@ export const asProviderError = (backend: string, operation: string) => (error: {
  * seccomp filter and no_new_privs. `onLost` hears of the agent's death other than through the Scope.
  */
 export const start = (
-  backend: string,
-  docker: Docker,
+  engine: Engine,
   containerId: string,
   binaries: NativeBinaries.NativeBinaries,
   options: {
@@ -97,31 +97,27 @@ export const start = (
   } = {}
 ): Effect.Effect<AgentClient.AgentClient, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
-    const fail = (what: string) => (error: unknown) =>
-      providerError(backend, `${what} the agent`, "Unavailable", error instanceof Error ? error.message : String(error), error)
-    const container = docker.getContainer(containerId)
+    const backend = engine.name
+    const container = engine.docker.getContainer(containerId)
     // The bytes checked at startup, never the file read again (NativeChecksums.ts).
     const bytes = binaries.agentBytes
     const archive = agentArchive(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
-    yield* Effect.tryPromise({ try: () => container.putArchive(archive, { path: "/" }), catch: fail("install") })
+    // Engine calls: each bounded in time (a hung engine is a Timeout, not a computer that never starts).
+    yield* engine.call("install the agent", (signal) => container.putArchive(archive, { path: "/", abortSignal: signal }))
     const relayArgs = options.relayPort === undefined ? [] : ["--relay-port", String(options.relayPort)]
-    const exec = yield* Effect.tryPromise({
-      try: () =>
-        container.exec({
-          Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...(options.noSetidFiles === true ? ["--no-setid-files"] : []), ...relayArgs],
-          Env: [`PATH=${PATH}`],
-          WorkingDir: "/",
-          AttachStdin: true,
-          AttachStdout: true,
-          AttachStderr: true,
-          Tty: false
-        }),
-      catch: fail("create the exec of")
-    })
-    const stream = yield* Effect.tryPromise({
-      try: () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>,
-      catch: fail("start")
-    })
+    const exec = yield* engine.call("create the exec of the agent", (signal) =>
+      container.exec({
+        Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...(options.noSetidFiles === true ? ["--no-setid-files"] : []), ...relayArgs],
+        Env: [`PATH=${PATH}`],
+        WorkingDir: "/",
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+        abortSignal: signal
+      } as Docker.ExecCreateOptions))
+    // Bounded until the engine hands over the connection; the agent's channel itself is not.
+    const stream = yield* engine.call("start the agent", () => exec.start({ hijack: true, stdin: true }) as Promise<Duplex>)
     const client = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const agent = new ExecAgent(stream, exec)

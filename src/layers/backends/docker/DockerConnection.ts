@@ -93,7 +93,7 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
       const listener = relay === undefined
         ? undefined
         : yield* Relay.listener((connection) => relay.handler(instance.metadata.id, connection))
-      return yield* DockerAgent.start(engine.name, engine.docker, instance.providerId, binaries.value, {
+      return yield* DockerAgent.start(engine, instance.providerId, binaries.value, {
         onLost,
         relayPort: relay?.port,
         relay: listener,
@@ -166,8 +166,6 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
           return Effect.fail(engine.fail("start the process", "NotFound", `computer ${instance.metadata.id} is gone: ${gone}`))
         }
         if (Option.isNone(agent)) return DockerExec.spawn(host, spec)
-        const invalid = DockerExec.invalidSpec(spec)
-        if (invalid !== undefined) return Effect.fail(new SpawnFailed({ command: spec.argv.join(" "), reason: invalid }))
         return AgentProcesses.spawn(engine.name, agent.value, spec).pipe(
           Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
         )

@@ -28,7 +28,7 @@ import type * as Scope from "effect/Scope"
 import type { Duplex } from "node:stream"
 import { type ProviderError, SpawnFailed, Unsupported } from "../../../domain/Errors.js"
 import { normalizeSignal, signalName, signalNumber } from "../../../domain/Signals.js"
-import type { BackendProcess, ExitInfo, SpawnSpec } from "../../../services/Backend.js"
+import { type BackendProcess, checkSpec, type ExitInfo, type SpawnSpec, throughEnv } from "../../../services/Backend.js"
 import { ProcessEvents } from "../ProcessEvents.js"
 import { WrapperHeaderDecoder } from "../WrapperHeader.js"
 import { type Engine, hasStatus } from "./DockerEngine.js"
@@ -64,22 +64,6 @@ export const wrapperArgv = (spec: SpawnSpec, env: Readonly<Record<string, string
   ...spec.argv
 ]
 
-/** A reason why the spec cannot be run through the wrapper, or undefined. */
-export const invalidSpec = (spec: SpawnSpec): string | undefined => {
-  if (spec.argv.length === 0 || spec.argv[0] === "") return "argv is empty"
-  if (spec.argv.some((arg) => arg.includes("\0"))) return "an argument contains a NUL byte"
-  // `env -i` would take an argv[0] containing '=' for a variable.
-  if (spec.argv[0]!.includes("=")) return "a command name containing '=' is not supported by the docker backend"
-  if (!spec.cwd.startsWith("/")) return `the working directory must be absolute, got '${spec.cwd}'`
-  if (spec.cwd.includes("\0")) return "the working directory contains a NUL byte"
-  for (const [key, value] of Object.entries(spec.env)) {
-    if (key === "" || key.includes("=") || key.includes("\0") || value.includes("\0")) {
-      return `invalid environment variable '${key}'`
-    }
-  }
-  return undefined
-}
-
 const startupReason = (text: string, code: number | null) => {
   const said = text.replace(/\s+$/, "")
   if (/resource temporarily unavailable|cannot allocate memory|fork/i.test(said)) {
@@ -108,8 +92,7 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
   Effect.gen(function*() {
     const { engine } = host
     const command = spec.argv.join(" ")
-    const invalid = invalidSpec(spec)
-    if (invalid !== undefined) return yield* new SpawnFailed({ command, reason: invalid })
+    yield* checkSpec(spec, throughEnv(engine.name))
     const tty = spec.tty !== undefined
     const env = tty && spec.env["TERM"] === undefined ? { ...spec.env, TERM: "xterm-256color" } : spec.env
     const exec: Docker.Exec = yield* engine.call("create the process", (signal) =>
@@ -225,7 +208,7 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
       })
     )
     if (spec.tty !== undefined) {
-      yield* Effect.tryPromise(() => exec.resize({ h: spec.tty!.rows, w: spec.tty!.cols })).pipe(Effect.ignore)
+      yield* engine.call("resize the terminal", () => exec.resize({ h: spec.tty!.rows, w: spec.tty!.cols })).pipe(Effect.ignore)
     }
 
     const write = (data: Uint8Array): Effect.Effect<void, ProviderError> =>
@@ -240,7 +223,6 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
       )
     const process: BackendProcess = {
       pid,
-      events: sink.events,
       pull: sink.pull,
       write,
       closeStdin: Effect.suspend(() => {

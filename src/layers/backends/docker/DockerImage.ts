@@ -4,7 +4,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as FiberRef from "effect/FiberRef"
-import * as Runtime from "effect/Runtime"
+import * as Stream from "effect/Stream"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { CurrentProgress } from "../../../services/Progress.js"
 import { type Engine, engineMessage } from "./DockerEngine.js"
@@ -16,51 +16,49 @@ interface PullEvent {
   readonly error?: string
 }
 
-/**
- * Pulls an image; each progress event as one line. Interruptible: the pull's stream is dropped. A
- * failure may come inside the stream of a successful response (Podman always reports it so, Docker
- * when the pull fails after it started): the first error event is the pull's failure.
- */
-const pullWith = (engine: Engine, image: string, progress: (line: string) => void) =>
-  Effect.async<void, string>((resume) => {
-    let stream: NodeJS.ReadableStream | undefined
-    let done = false
-    let failed: string | undefined
-    const finish = (error: string | undefined) => {
-      if (done) return
-      done = true
-      resume(error === undefined ? Effect.void : Effect.fail(error))
-    }
-    engine.docker.pull(image, {}, (error: unknown, output: NodeJS.ReadableStream | undefined) => {
-      if (error || output === undefined) return finish(engineMessage(error))
-      stream = output
-      engine.docker.modem.followProgress(
-        output,
-        (error: Error | null) => finish(error ? error.message : failed),
-        (event: PullEvent) => {
-          if (event.error) {
-            failed ??= event.error
-            return
-          }
-          const line = [event.id, event.status, event.progress].filter((part) => part).join(" ")
-          if (line !== "") progress(line)
-        }
-      )
-    })
-    return Effect.sync(() => {
-      done = true
-      ;(stream as { destroy?: () => void } | undefined)?.destroy?.()
-    })
-  })
+const parse = (line: string): ReadonlyArray<PullEvent> => {
+  try {
+    const event: unknown = JSON.parse(line)
+    return typeof event === "object" && event !== null ? [event as PullEvent] : []
+  } catch {
+    return []
+  }
+}
 
+/**
+ * The events of a pull, one JSON object a line: the request is an engine call (bounded until the
+ * engine answers), the progress that follows is not (a pull takes what it takes). Ending the Stream
+ * early (interrupted, or failed at an error event) destroys the response.
+ */
+const pullEvents = (engine: Engine, image: string): Stream.Stream<PullEvent, string> =>
+  Stream.unwrap(
+    engine.call("pull the image", (signal) => engine.docker.pull(image, { abortSignal: signal })).pipe(
+      Effect.mapError((error) => error.detail),
+      Effect.map((response) =>
+        Stream.fromAsyncIterable(response as AsyncIterable<Uint8Array>, engineMessage).pipe(
+          Stream.decodeText(),
+          Stream.splitLines,
+          Stream.mapConcat(parse)
+        )
+      )
+    )
+  )
+
+/**
+ * Pulls an image; each progress event as one line, on the log and to the client that asked for
+ * progress. A failure may come inside the stream of a successful response (Podman always reports it
+ * so, Docker when the pull fails after it started): the first error event is the pull's failure.
+ */
 const pull = (engine: Engine, image: string, onProgress: ((line: string) => void) | undefined) =>
   Effect.gen(function*() {
     const reporter = yield* FiberRef.get(CurrentProgress)
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     let events = 0
-    return yield* pullWith(engine, image, (line) => {
+    yield* Stream.runForEach(pullEvents(engine, image), (event) => {
+      if (event.error) return Effect.fail(event.error)
+      const line = [event.id, event.status, event.progress].filter((part) => part).join(" ")
+      if (line === "") return Effect.void
       onProgress?.(`${engine.name}: pulling ${image}: ${line}`)
-      if (reporter) runFork(reporter({ progress: ++events, message: `pulling ${image}: ${line}` }))
+      return reporter === undefined ? Effect.void : reporter({ progress: ++events, message: `pulling ${image}: ${line}` })
     })
   })
 

@@ -31,6 +31,7 @@
  */
 import * as Either from "effect/Either"
 import { MARKER } from "../../../domain/ComputerMetadata.js"
+import { parseSize } from "../../../domain/Size.js"
 
 /** What the run flags contribute to the create body. */
 export interface RunFlagSettings {
@@ -76,17 +77,6 @@ export const isReservedLabel = (key: string) => key === MARKER || key.startsWith
 
 const ALIASES: Readonly<Record<string, string>> = { "-e": "--env", "-v": "--volume", "-u": "--user" }
 const BOOLEAN_FLAGS = new Set(["--read-only"])
-
-const SIZE = /^(\d+(?:\.\d+)?)\s*([bkmgt]?)b?$/i
-const UNITS: Readonly<Record<string, number>> = { "": 1, b: 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4 }
-
-/** Parses a docker-style size (`512m`, `2g`, `1048576`) into bytes. */
-export const parseSize = (input: string): number | undefined => {
-  const match = SIZE.exec(input.trim())
-  if (!match) return undefined
-  const bytes = Math.floor(Number(match[1]) * UNITS[match[2]!.toLowerCase()]!)
-  return Number.isFinite(bytes) && bytes > 0 ? bytes : undefined
-}
 
 /** A capability name as the Engine API wants it: upper case, without the CAP_ prefix. */
 export const normalizeCapability = (name: string) => name.trim().toUpperCase().replace(/^CAP_/, "")
@@ -184,7 +174,7 @@ export const parseRunFlags = (flags: ReadonlyArray<string>): Either.Either<RunFl
         break
       case "--shm-size": {
         const bytes = parseSize(value)
-        if (bytes === undefined) return Either.left(`--docker-run-flag --shm-size: invalid size '${value}'`)
+        if (bytes === undefined || bytes === 0) return Either.left(`--docker-run-flag --shm-size: invalid size '${value}'`)
         shmSize = bytes
         break
       }

@@ -19,13 +19,16 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import { identity } from "effect/Function"
+import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import { CommandExitError, SandboxError, TimeoutError } from "e2b"
 import type { CommandHandle, Sandbox } from "e2b"
 import { type ProviderError, SpawnFailed, Unsupported } from "../../../domain/Errors.js"
 import { normalizeSignal } from "../../../domain/Signals.js"
-import type { BackendProcess, ExitInfo, ProcessEvent, SpawnSpec } from "../../../services/Backend.js"
+import { type BackendProcess, checkSpec, type ExitInfo, type ProcessEvent, type SpawnSpec } from "../../../services/Backend.js"
 import { ProcessEvents } from "../ProcessEvents.js"
 import { e2bError, fromSdk } from "./E2BError.js"
 import { canCloseStdin, startHeaders } from "./EnvdVersion.js"
@@ -98,10 +101,7 @@ const outputEvent = (output: Output): ProcessEvent | undefined =>
 export const exec = (ctx: ExecContext, spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const command = shellJoin(spec.argv)
-    if (spec.argv.length === 0) return yield* new SpawnFailed({ command, reason: "empty argv" })
-    if ([...spec.argv, spec.cwd, ...Object.entries(spec.env).flat()].some((s) => s.includes("\0"))) {
-      return yield* new SpawnFailed({ command, reason: "arguments and environment cannot contain NUL bytes" })
-    }
+    yield* checkSpec(spec)
     const { sandbox } = ctx
     const tty = spec.tty
     const relay = tty === undefined && !canCloseStdin(ctx.envdVersion)
@@ -159,18 +159,22 @@ export const exec = (ctx: ExecContext, spec: SpawnSpec): Effect.Effect<BackendPr
         )
         const start = first.done ? undefined : first.value.event?.event
         if (start?.case !== "start") return yield* new SpawnFailed({ command, reason: "envd did not report the process start" })
-        // The pump reads the next message only once `offer` returns: envd's stream is pulled as fast
-        // as the runtime takes events. Closing the scope interrupts it and aborts the request.
-        const pump = Effect.gen(function*() {
-          while (true) {
-            const next = yield* Effect.either(Effect.tryPromise(() => iterator.next()))
-            if (next._tag === "Left" || next.right.done) return yield* Effect.flatMap(dropped, finish)
-            const event = next.right.value.event?.event
-            if (event?.case === "end") return yield* finish(exitInfo(event.value))
+        // The rest of envd's messages as a Stream, read only as fast as `offer` returns (the runtime
+        // takes events), up to the end event. A stream that breaks or stops before it was dropped.
+        // Closing the scope interrupts the reading and aborts the request.
+        const rest = Stream.fromAsyncIterable({ [Symbol.asyncIterator]: () => iterator }, identity).pipe(
+          Stream.map((message) => message.event?.event),
+          Stream.tap((event) => {
             const output = event?.case === "data" ? outputEvent(event.value.output) : undefined
-            if (output !== undefined) yield* events.offer(output)
-          }
-        })
+            return output === undefined ? Effect.void : events.offer(output)
+          }),
+          Stream.filterMap((event) => (event?.case === "end" ? Option.some(exitInfo(event.value)) : Option.none()))
+        )
+        const pump = Stream.runHead(rest).pipe(
+          Effect.orElseSucceed(() => Option.none<ExitInfo>()),
+          Effect.flatMap(Option.match({ onNone: () => dropped, onSome: (exit) => Effect.succeed(exit) })),
+          Effect.flatMap(finish)
+        )
         yield* pump.pipe(Effect.ensuring(Effect.sync(() => events.end())), Effect.forkScoped)
         return start.value.pid
       })
@@ -260,7 +264,6 @@ export const exec = (ctx: ExecContext, spec: SpawnSpec): Effect.Effect<BackendPr
 
     const process: BackendProcess = {
       pid,
-      events: events.events,
       pull: events.pull,
       write: (data) =>
         tty

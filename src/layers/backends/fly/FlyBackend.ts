@@ -24,6 +24,7 @@ import * as Layer from "effect/Layer"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
+import type { FlySettings } from "../../../services/Settings.js"
 import * as FlyApi from "./FlyApi.js"
 import type { ConnectionTuning } from "./FlyConnection.js"
 import { flyError, NAME, toProviderError } from "./FlyError.js"
@@ -51,28 +52,12 @@ export interface FlyTuning extends ConnectionTuning {
   readonly leaseTtlMs: number
 }
 
-export interface FlyBackendOptions {
-  /** --fly-app / FLY_APP_NAME */
+/** The Fly settings (`--fly-*`), with the app and token the startup checks made sure of. */
+export interface FlyBackendOptions extends Omit<FlySettings, "app" | "token" | "rateLimit"> {
   readonly app: string
-  /** --fly-token / FLY_API_TOKEN or FLY_TOKEN; never in argv, never logged. */
   readonly token: Redacted.Redacted<string>
-  /** --fly-image, default debian:bookworm-slim */
-  readonly image: string
-  /** --fly-region */
-  readonly region: string | undefined
-  /** --fly-cpu-kind, default shared */
-  readonly cpuKind: "shared" | "performance"
-  /** --fly-cpus, default 1 */
-  readonly cpus: number
-  /** --fly-memory (MB), default 512, a multiple of 256 */
-  readonly memoryMb: number
-  /** --fly-rootfs-size (GB) */
-  readonly rootfsSizeGb: number | undefined
-  /** default https://api.machines.dev */
-  readonly apiUrl: string
   /** Fly machines always have network; false is logged as not enforceable. */
   readonly network: boolean
-  /** --fly-rate-limit / --fly-rate-burst: requests per second and burst per action and machine (Fly: 1 and 3). */
   readonly rateLimit?: RequestBudget.Limit | undefined
   /** Timings and retry budgets (tests shorten them). */
   readonly tuning?: Partial<FlyTuning> | undefined
@@ -82,7 +67,6 @@ export const DEFAULT_IMAGE = "debian:bookworm-slim"
 export const DEFAULT_API_URL = "https://api.machines.dev"
 export const HOME = FlyProvider.HOME
 export { machineName } from "./FlyMetadata.js"
-export { invalidSpec } from "./FlyProcess.js"
 
 export const DEFAULT_TUNING: FlyTuning = {
   requestTimeoutMs: 30_000,

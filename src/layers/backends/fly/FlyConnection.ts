@@ -34,9 +34,9 @@ import * as Queue from "effect/Queue"
 import { randomBytes } from "node:crypto"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { SpawnFailed } from "../../../domain/Errors.js"
-import type { BackendProcess, Connection, SpawnSpec } from "../../../services/Backend.js"
+import { type BackendProcess, checkSpec, type Connection, type SpawnSpec, throughEnv } from "../../../services/Backend.js"
 import type { FlyApi } from "./FlyApi.js"
-import { flyError, toProviderError } from "./FlyError.js"
+import { flyError, NAME, toProviderError } from "./FlyError.js"
 import * as FlyProcess from "./FlyProcess.js"
 import * as Round from "./FlyRound.js"
 import * as Scripts from "./FlyScripts.js"
@@ -364,8 +364,7 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
       Effect.gen(function*() {
         const command = spec.argv.join(" ")
         if (ended !== undefined) return yield* gone(ended)
-        const invalid = FlyProcess.invalidSpec(spec)
-        if (invalid !== undefined) return yield* new SpawnFailed({ command, reason: invalid })
+        yield* checkSpec(spec, FlyProcess.noTerminals, throughEnv(NAME))
         const dir = `${Scripts.PROCESS_ROOT}/${tag}-${++counter}`
         const process = FlyProcess.make(dir)
         const started = yield* Deferred.make<void, string>()

@@ -11,7 +11,6 @@
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Stream from "effect/Stream"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { Unsupported } from "../../../domain/Errors.js"
 import { normalizeSignal, signalName, signalNumber } from "../../../domain/Signals.js"
@@ -20,19 +19,9 @@ import { ProcessEvents } from "../ProcessEvents.js"
 import { flyError, NAME } from "./FlyError.js"
 import type * as Round from "./FlyRound.js"
 
-/** A reason why the spec cannot be run here, or undefined. */
-export const invalidSpec = (spec: SpawnSpec): string | undefined => {
-  if (spec.tty !== undefined) return "the fly backend has no terminals (the Machines exec API has no TTY); run it without tty"
-  if (spec.argv.length === 0 || spec.argv[0] === "") return "argv is empty"
-  if (spec.argv.some((arg) => arg.includes("\0"))) return "an argument contains a NUL byte"
-  if (spec.argv[0]!.includes("=")) return "a command name containing '=' is not supported by the fly backend"
-  if (!spec.cwd.startsWith("/")) return `the working directory must be absolute, got '${spec.cwd}'`
-  if (spec.cwd.includes("\0")) return "the working directory contains a NUL byte"
-  for (const [key, value] of Object.entries(spec.env)) {
-    if (key === "" || key.includes("=") || key.includes("\0") || value.includes("\0")) return `invalid environment variable '${key}'`
-  }
-  return undefined
-}
+/** The fly backend's own limit on a spec (after `specProblem`): the Machines exec API has no TTY. */
+export const noTerminals = (spec: SpawnSpec): string | undefined =>
+  spec.tty === undefined ? undefined : "the fly backend has no terminals (the Machines exec API has no TTY); run it without tty"
 
 /** Most stdin bytes sent in one operation (base64 grows it by a third). */
 export const WRITE_CHUNK = 512 * 1024
@@ -213,20 +202,17 @@ export const handle = (process: Followed, operations: Operations): BackendProces
       yield* operations.submit({ _tag: "Signal", dir: process.dir, signal: canonical.right })
     })
   // A read after a hold wakes the connection, which reports the process again.
-  const events = process.events.events.pipe(
-    Stream.mapChunksEffect((chunk) =>
-      Effect.suspend(() => {
-        if (!process.released) return Effect.succeed(chunk)
-        process.released = false
-        return Effect.as(operations.wake, chunk)
-      })
-    )
-  )
+  const pull = Effect.flatMap(process.events.pull, (chunk) =>
+    Effect.suspend(() => {
+      if (!process.released) return Effect.succeed(chunk)
+      process.released = false
+      return Effect.as(operations.wake, chunk)
+    }))
   return {
     get pid() {
       return process.pid
     },
-    events,
+    pull,
     write,
     closeStdin,
     signal,

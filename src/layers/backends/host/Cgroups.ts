@@ -21,7 +21,7 @@ import { accessSync, constants, readFileSync } from "node:fs"
 import { mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { parseSize } from "../docker/DockerRunFlags.js"
+import { parseSize } from "../../../domain/Size.js"
 
 const NAME = "host"
 const invalid = (detail: string) => providerError(NAME, "apply the limits", "Invalid", detail)

@@ -19,7 +19,7 @@ import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
 import { computerIdPattern } from "../../../domain/ComputerIds.js"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import type { Instance, InstanceState, Query } from "../../../services/Backend.js"
-import { ownerAlive } from "../../ProcessOwner.js"
+import { ownerAlive } from "../../server/ProcessOwner.js"
 import * as ComputerRecord from "./ComputerRecord.js"
 import * as GuestUser from "./GuestUser.js"
 

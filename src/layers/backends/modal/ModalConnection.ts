@@ -12,13 +12,13 @@
 import type * as Scope from "effect/Scope"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import { type ProviderError, SpawnFailed, Unsupported } from "../../../domain/Errors.js"
-import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
+import { type ProviderError, type SpawnFailed, Unsupported } from "../../../domain/Errors.js"
+import { type BackendProcess, checkSpec, type Connection, type Instance, type SpawnSpec, throughEnv } from "../../../services/Backend.js"
 import { BACKEND, modalError } from "./ModalError.js"
 import * as ModalExec from "./ModalExec.js"
 import type { ModalGatewayService } from "./ModalGateway.js"
 import { HOME, type ModalProvider } from "./ModalProvider.js"
-import { invalidSpec } from "./ModalWrapper.js"
+import { payloadProblem } from "./ModalWrapper.js"
 import { sandboxName } from "./SandboxIdentity.js"
 
 /** Bound on the one poll a process makes when it lost its wrapper without a word. */
@@ -73,8 +73,7 @@ export const connect = (options: {
     const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
       Effect.gen(function*() {
         const command = spec.argv.join(" ")
-        const invalid = invalidSpec(spec)
-        if (invalid !== undefined) return yield* new SpawnFailed({ command, reason: invalid })
+        yield* checkSpec(spec, throughEnv(BACKEND), payloadProblem)
         if (gone) return yield* modalError("start the process", "NotFound", "the sandbox has ended")
         const process = yield* Effect.acquireRelease(
           ModalExec.start({ host, spec, command }).pipe(Effect.tap((started) => Effect.sync(() => live.add(started)))),
@@ -82,7 +81,6 @@ export const connect = (options: {
         )
         return {
           pid: process.pid,
-          events: process.events,
           pull: process.pull,
           write: process.write,
           closeStdin: process.closeStdin,

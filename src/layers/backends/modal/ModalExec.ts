@@ -55,7 +55,6 @@ export interface ExecHost {
 export interface ModalProcess {
   readonly pid: number
   readonly tty: string | undefined
-  readonly events: ProcessEvents["events"]
   readonly pull: ProcessEvents["pull"]
   readonly write: (data: Uint8Array) => Effect.Effect<void, ProviderError>
   readonly closeStdin: Effect.Effect<void, ProviderError>
@@ -225,7 +224,6 @@ export const start = (options: {
     const process: ModalProcess = {
       pid: started.pid,
       tty: started.tty,
-      events: events.events,
       pull: events.pull,
       write,
       closeStdin: Effect.suspend(() => {

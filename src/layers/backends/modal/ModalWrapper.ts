@@ -98,15 +98,8 @@ export const wrapperExec = (spec: SpawnSpec, env: Readonly<Record<string, string
   return { argv: WRAPPER_ARGV, env: vars }
 }
 
-/** A reason why the spec cannot be run, or undefined. */
-export const invalidSpec = (spec: SpawnSpec): string | undefined => {
-  if (spec.argv.length === 0 || spec.argv[0] === "") return "argv is empty"
-  if (spec.argv.some((arg) => arg.includes("\0"))) return "an argument contains a NUL byte"
-  if (spec.argv[0]!.includes("=")) return "a command name containing '=' is not supported by the modal backend"
-  if (!spec.cwd.startsWith("/") || spec.cwd.includes("\0")) return `the working directory must be an absolute path, got '${spec.cwd}'`
-  for (const [key, value] of Object.entries(spec.env)) {
-    if (key === "" || key.includes("=") || key.includes("\0") || value.includes("\0")) return `invalid environment variable '${key}'`
-  }
+/** The modal backend's own limit on a spec (after `specProblem`): what one exec inside a sandbox can carry. */
+export const payloadProblem = (spec: SpawnSpec): string | undefined => {
   const size = Buffer.byteLength(shellWords(spec, spec.env))
   if (size > MAX_SPAWN_PAYLOAD_BYTES) {
     return `its arguments and environment take ${size} bytes as shell words; the modal backend passes at most ${MAX_SPAWN_PAYLOAD_BYTES} (120 KiB, under the 128 KiB Modal measured for an exec inside a sandbox)`

@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberSet from "effect/FiberSet"
 import { providerError, SpawnFailed } from "../../../domain/Errors.js"
-import type { Connection, SpawnSpec } from "../../../services/Backend.js"
+import { checkSpec, type Connection, type SpawnSpec } from "../../../services/Backend.js"
 import type { Launcher } from "./Launcher.js"
 import { HOME } from "./Snapshot.js"
 import type { SnapshotStore } from "./SnapshotStore.js"
@@ -23,16 +23,6 @@ export interface ConnectOptions {
   readonly store: SnapshotStore
   /** Wall clock of each process, 0 for none. */
   readonly timeoutMs: number
-}
-
-/** NUL cannot reach a program (C strings): refused, never truncated. */
-const nulIn = (spec: SpawnSpec): string | undefined => {
-  const index = spec.argv.findIndex((arg) => arg.includes("\0"))
-  if (index >= 0) return `argument ${index} contains a NUL byte`
-  const key = Object.entries(spec.env).find(([name, value]) => name.includes("\0") || value.includes("\0"))
-  if (key !== undefined) return `the environment variable ${JSON.stringify(key[0].replace(/\0/g, "\\0"))} contains a NUL byte`
-  if (spec.cwd.includes("\0")) return "the working directory contains a NUL byte"
-  return undefined
 }
 
 export const connect = (computer: WasmComputer, options: ConnectOptions) =>
@@ -76,12 +66,9 @@ export const connect = (computer: WasmComputer, options: ConnectOptions) =>
         const command = spec.argv.join(" ")
         if (computer.removed) return yield* providerError(backend, "start a process", "NotFound", `computer ${id} was removed`)
         if (!open) return yield* providerError(backend, "start a process", "Unavailable", `the connection to computer ${id} is closed`)
-        if (spec.tty !== undefined) {
-          return yield* new SpawnFailed({ command, reason: `the ${backend} backend has no terminals (WASI has no TTY); run without tty` })
-        }
-        if (spec.argv.length === 0) return yield* new SpawnFailed({ command, reason: "empty argv" })
-        const nul = nulIn(spec)
-        if (nul !== undefined) return yield* new SpawnFailed({ command: command.replace(/\0/g, "\\0"), reason: `${nul}; NUL cannot be passed to a program` })
+        // NUL cannot reach a program (C strings): refused, never truncated.
+        yield* checkSpec(spec, (spec) =>
+          spec.tty === undefined ? undefined : `the ${backend} backend has no terminals (WASI has no TTY); run without tty`)
         const cwd = "/" + resolvePath("/", spec.cwd).join("/")
         if (!computer.fs.vfs.isDir("/", cwd)) {
           return yield* new SpawnFailed({ command, reason: `no such directory in the computer: ${cwd}` })

@@ -118,7 +118,6 @@ export const makeProcess = (options: ProcessOptions, launch: (io: ProcessIo) => 
 
     const process: BackendProcess = {
       pid: null,
-      events: events.events,
       pull: events.pull,
       write: (data) => Effect.sync(() => stdin.push(data.slice())),
       closeStdin: Effect.sync(() => stdin.end()),

@@ -7,7 +7,7 @@
 import { existsSync } from "node:fs"
 import { createRequire } from "node:module"
 import { fileURLToPath } from "node:url"
-import { inPackage } from "../../PackageRoot.js"
+import { inPackage } from "../../server/PackageRoot.js"
 
 /** A worker program: an absolute file path, or the source of a CommonJS bundle. */
 export interface WorkerScript {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
 import * as HostBackend from "../../../../src/layers/backends/host/HostBackend.js"
-import type { BackendProcess } from "../../../../src/services/Backend.js"
+import { type BackendProcess, ownedEvents } from "../../../../src/services/Backend.js"
 import * as ProviderComputer from "../../../support/ProviderComputer.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 
@@ -23,7 +23,7 @@ const watch = (process: BackendProcess) =>
   Effect.gen(function*() {
     let text = ""
     let exit: unknown
-    const fiber = yield* Effect.fork(Stream.runForEach(process.events, (event) =>
+    const fiber = yield* Effect.fork(Stream.runForEach(ownedEvents(process), (event) =>
       Effect.sync(() => {
         if (event._tag === "Exit") exit = event.exit
         else text += Buffer.from(event.data).toString()

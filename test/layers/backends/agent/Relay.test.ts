@@ -15,7 +15,7 @@ import { RELAY_WINDOW } from "../../../../src/layers/backends/agent/AgentProtoco
 import type { RelayConnection, RelaySettings } from "../../../../src/layers/backends/agent/Relay.js"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import * as HostBackend from "../../../../src/layers/backends/host/HostBackend.js"
-import type { Connection } from "../../../../src/services/Backend.js"
+import { type Connection, ownedEvents } from "../../../../src/services/Backend.js"
 import { Backend } from "../../../../src/services/Backend.js"
 import { dockerWorks, requirement, TEST_IMAGE } from "../../../support/Docker.js"
 import * as ProviderComputer from "../../../support/ProviderComputer.js"
@@ -125,7 +125,7 @@ const run = (computer: Connection, cwd: string, argv: ReadonlyArray<string>) =>
   Effect.scoped(Effect.flatMap(
     computer.spawn({ argv, cwd, env: { PATH } }),
     (process) =>
-      Stream.runFold(process.events, { out: "", err: "" }, (acc, event) =>
+      Stream.runFold(ownedEvents(process), { out: "", err: "" }, (acc, event) =>
         event._tag === "Stdout"
           ? { ...acc, out: acc.out + Buffer.from(event.data).toString() }
           : event._tag === "Stderr"

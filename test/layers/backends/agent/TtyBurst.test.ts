@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { afterAll } from "vitest"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import * as HostBackend from "../../../../src/layers/backends/host/HostBackend.js"
-import type { Connection } from "../../../../src/services/Backend.js"
+import { type Connection, ownedEvents } from "../../../../src/services/Backend.js"
 import { Backend } from "../../../../src/services/Backend.js"
 import { dockerWorks, requirement, TEST_IMAGE } from "../../../support/Docker.js"
 import * as ProviderComputer from "../../../support/ProviderComputer.js"
@@ -35,7 +35,7 @@ const bursts = (computer: Connection, cwd: string, runs: number) =>
         let afterExit = 0
         let exited = false
         let tail = Buffer.alloc(0)
-        yield* Stream.runForEach(process.events, (event) =>
+        yield* Stream.runForEach(ownedEvents(process), (event) =>
           Effect.sync(() => {
             if (event._tag === "Exit") {
               exited = event.exit.exitCode === 0

@@ -9,7 +9,7 @@ import { afterAll } from "vitest"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import * as DockerEngine from "../../../../src/layers/backends/docker/DockerEngine.js"
 import * as DockerExec from "../../../../src/layers/backends/docker/DockerExec.js"
-import type { Connection } from "../../../../src/services/Backend.js"
+import { type Connection, ownedEvents } from "../../../../src/services/Backend.js"
 import {
   collect,
   computerIds,
@@ -128,7 +128,7 @@ describeIf(dockerWorks, requirement())("the Docker exec fallback", () => {
         // Nobody reads for a while: the writer must be blocked, not buffered without bound.
         yield* Effect.sleep("1500 millis")
         assert.strictEqual(yield* running, "1", "the writer is still there, held back")
-        const total = yield* process.events.pipe(
+        const total = yield* ownedEvents(process).pipe(
           Stream.runFold(0, (n, event) => (event._tag === "Stdout" ? n + event.data.byteLength : n))
         )
         assert.strictEqual(total, 50_000_000)

@@ -8,7 +8,7 @@ import { afterAll, beforeAll } from "vitest"
 import { labelKey } from "../../../../src/domain/ComputerMetadata.js"
 import * as E2BBackend from "../../../../src/layers/backends/e2b/E2BBackend.js"
 import { END_GRACE_MS } from "../../../../src/layers/backends/e2b/E2BConnection.js"
-import { Backend, type Connection } from "../../../../src/services/Backend.js"
+import { Backend, type Connection, ownedEvents } from "../../../../src/services/Backend.js"
 import * as E2BFake from "../../../support/E2BFake.js"
 import { envelope } from "../../../support/E2BFake.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
@@ -272,7 +272,7 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: ou
             const quiet = yield* connection.spawn(spec(["sh", "-c", "echo one; exec sleep 272"]))
             // The reader gives up while a read waits for output that never comes.
             const started = Date.now()
-            const seen = yield* quiet.events.pipe(Stream.runCollect, Effect.timeoutTo({ duration: "1 second", onSuccess: () => "ended", onTimeout: () => "gave up" }))
+            const seen = yield* ownedEvents(quiet).pipe(Stream.runCollect, Effect.timeoutTo({ duration: "1 second", onSuccess: () => "ended", onTimeout: () => "gave up" }))
             assert.strictEqual(seen, "gave up")
             assert.isBelow(Date.now() - started, 4000, outputApi)
             assert.strictEqual(yield* count(connection, "sleep 272"), "1")

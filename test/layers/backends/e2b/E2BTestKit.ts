@@ -5,10 +5,10 @@ import type { Scope } from "effect"
 import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.js"
 import * as E2BBackend from "../../../../src/layers/backends/e2b/E2BBackend.js"
 import * as Runtime from "../../../../src/layers/Runtime.js"
-import { Backend, type BackendProcess, type Connection, type ExitInfo, type Instance, type SpawnSpec } from "../../../../src/services/Backend.js"
+import { Backend, type BackendProcess, type Connection, type ExitInfo, type Instance, type SpawnSpec, ownedEvents } from "../../../../src/services/Backend.js"
 import { Computers } from "../../../../src/services/Computers.js"
 import { Files } from "../../../../src/services/Files.js"
-import { Processes } from "../../../../src/services/Processes.js"
+import { decoding, Processes } from "../../../../src/services/Processes.js"
 import { Settings } from "../../../../src/services/Settings.js"
 import * as E2BFake from "../../../support/E2BFake.js"
 
@@ -69,7 +69,7 @@ export interface Result {
 }
 
 export const collect = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     Stream.runFold({ stdout: new Uint8Array(0), stderr: "", exit: undefined } as Result, (acc, event) =>
       event._tag === "Exit"
         ? { ...acc, exit: event.exit }
@@ -100,7 +100,7 @@ export const waitFor = (process: BackendProcess, pattern: RegExp) =>
     const seen = yield* Deferred.make<void>()
     const output = yield* Ref.make("")
     const exit = yield* Deferred.make<ExitInfo>()
-    const fiber = yield* process.events.pipe(
+    const fiber = yield* ownedEvents(process).pipe(
       Stream.runForEach((event) =>
         event._tag === "Exit"
           ? Deferred.succeed(exit, event.exit)
@@ -122,7 +122,8 @@ export type Kernel = Processes | Computers | Files | Backend
 export const kernel = (fake: E2BFake.E2BFake, overrides: Partial<E2BBackend.E2BBackendOptions> = {}) =>
   Runtime.layer(Settings.make({ killGraceMs: 500 }), E2BBackend.layer(options(fake, overrides)), `test-${run}-${counter++}`)
 
-export const services = Effect.all({ processes: Processes, computers: Computers, files: Files, backend: Backend })
+/** The services as a client uses them: process inputs as plain values, decoded on the way in. */
+export const services = Effect.all({ processes: Effect.map(Processes, decoding), computers: Computers, files: Files, backend: Backend })
 
 /** Runs `body` against a fresh server over the fake; the server shuts down after. */
 export const withKernel = <A, E>(

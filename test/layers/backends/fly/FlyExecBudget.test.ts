@@ -4,6 +4,7 @@ import { beforeEach } from "vitest"
 import type { FakeRequest, FlyFake } from "../../../support/FlyFake.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 import { collect, open, options, spec, useFake, withBackend } from "./FlyTestSupport.js"
+import { ownedEvents } from "../../../../src/services/Backend.js"
 
 
 /** The most requests in any window of `seconds` (Fly allows 3 + 1/s per action and machine). */
@@ -91,7 +92,7 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
           // Latency: a line printed every 300 ms, seen how long after it was printed?
           const ticker = yield* computer.connection.spawn(spec(["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do date +%s%3N; sleep 0.3; done"]))
           const arrivals: Array<number> = []
-          yield* Stream.runForEach(ticker.events, (event) =>
+          yield* Stream.runForEach(ownedEvents(ticker), (event) =>
             Effect.sync(() => {
               if (event._tag !== "Stdout") return
               for (const line of Buffer.from(event.data).toString().trim().split("\n")) arrivals.push(Date.now() - Number(line))

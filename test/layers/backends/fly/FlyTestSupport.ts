@@ -11,7 +11,7 @@ import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.j
 import type { FlyBackendOptions } from "../../../../src/layers/backends/fly/FlyBackend.js"
 import * as FlyBackend from "../../../../src/layers/backends/fly/FlyBackend.js"
 import * as Runtime from "../../../../src/layers/Runtime.js"
-import type { BackendProcess, ProcessEvent } from "../../../../src/services/Backend.js"
+import { type BackendProcess, type ProcessEvent, ownedEvents } from "../../../../src/services/Backend.js"
 import { Backend } from "../../../../src/services/Backend.js"
 import { Computers } from "../../../../src/services/Computers.js"
 import { Processes } from "../../../../src/services/Processes.js"
@@ -79,7 +79,7 @@ export const withKernel = <A, E>(
 export const spec = (argv: ReadonlyArray<string>) => ({ argv, cwd: FlyBackend.HOME, env: { PATH: "/usr/bin:/bin", HOME: FlyBackend.HOME } })
 
 export const collect = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     // Event data are views valid until the next pull: copied as they come.
     Stream.map((event): ProcessEvent => (event._tag === "Exit" ? event : { _tag: event._tag, data: Uint8Array.from(event.data) })),
     Stream.runCollect,

@@ -12,7 +12,7 @@ import { afterAll } from "vitest"
 import { fromLabels, toLabels } from "../../../../src/domain/ComputerMetadata.js"
 import * as HostBackend from "../../../../src/layers/backends/host/HostBackend.js"
 import * as ComputerRecord from "../../../../src/layers/backends/host/ComputerRecord.js"
-import { processStartTime } from "../../../../src/layers/ProcessOwner.js"
+import { processStartTime } from "../../../../src/layers/server/ProcessOwner.js"
 import { collect, metadata, open, run, spec } from "../../../support/HostComputer.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 

@@ -10,7 +10,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import type { BackendProcess, Connection } from "../../../../src/services/Backend.js"
+import { type BackendProcess, type Connection, ownedEvents } from "../../../../src/services/Backend.js"
 import { collect, connect, run, spec } from "../../../support/HostComputer.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 
@@ -44,7 +44,7 @@ const hostProcesses = (argv: ReadonlyArray<string>) =>
 const watch = (process: BackendProcess) =>
   Effect.gen(function*() {
     let text = ""
-    const fiber = yield* Stream.runForEach(process.events, (event) =>
+    const fiber = yield* Stream.runForEach(ownedEvents(process), (event) =>
       Effect.sync(() => {
         if (event._tag !== "Exit") text += Buffer.from(event.data).toString("utf8")
       })).pipe(Effect.fork)
@@ -276,7 +276,7 @@ describeIf(bwrapWorks, "bubblewrap")("host computers (sandboxed)", () => {
         const computer = yield* openComputer()
         const bytes = yield* Effect.scoped(Effect.gen(function*() {
           const process = yield* computer.spawn(spec(["head", "-c", "200M", "/dev/zero"]))
-          return yield* Stream.runFold(process.events, 0, (n, event) => (event._tag === "Stdout" ? n + event.data.byteLength : n))
+          return yield* Stream.runFold(ownedEvents(process), 0, (n, event) => (event._tag === "Stdout" ? n + event.data.byteLength : n))
         }))
         assert.strictEqual(bytes, 209715200)
       }))
@@ -292,7 +292,7 @@ describeIf(bwrapWorks, "bubblewrap")("host computers (sandboxed)", () => {
         const other = yield* Effect.fork(runIn(computer, ["echo", "other"]))
         const hasher = createHash("sha256")
         let bytes = 0
-        yield* Stream.runForEach(process.events, (event) =>
+        yield* Stream.runForEach(ownedEvents(process), (event) =>
           Effect.sync(() => {
             if (event._tag === "Stdout") {
               hasher.update(event.data)

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
 import * as NativeChecksums from "../../../../src/layers/backends/agent/NativeChecksums.js"
-import { packageRoot } from "../../../../src/layers/PackageRoot.js"
+import { packageRoot } from "../../../../src/layers/server/PackageRoot.js"
 
 const dir = mkdtempSync(join(tmpdir(), "kt-sandbox-relay-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))

@@ -5,7 +5,7 @@ import { createServer, type AddressInfo } from "node:net"
 import { afterAll, beforeAll } from "vitest"
 import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.js"
 import * as ModalBackend from "../../../../src/layers/backends/modal/ModalBackend.js"
-import type { BackendProcess, Connection, ExitInfo, Instance, ProcessEvent, SpawnSpec } from "../../../../src/services/Backend.js"
+import { type BackendProcess, type Connection, type ExitInfo, type Instance, type ProcessEvent, type SpawnSpec, ownedEvents } from "../../../../src/services/Backend.js"
 import { Backend } from "../../../../src/services/Backend.js"
 import { backendOptions, fakeWorks, ModalFake } from "../../../support/ModalFake.js"
 import { describeIf } from "../../../support/Requirements.js"
@@ -47,7 +47,7 @@ interface Result {
 }
 
 const collect = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     Stream.runFold({ stdout: "", stderr: "", exit: undefined, order: [] } as Result, (acc, event) => ({
       stdout: acc.stdout + (event._tag === "Stdout" ? Buffer.from(event.data).toString() : ""),
       stderr: acc.stderr + (event._tag === "Stderr" ? Buffer.from(event.data).toString() : ""),
@@ -277,7 +277,7 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
       const started = Date.now()
       const background = yield* Effect.scoped(Effect.gen(function*() {
         const process = yield* connection.spawn(spec(["sh", "-c", "sleep 3 & echo parent done"]))
-        return yield* process.events.pipe(Stream.takeUntil((event) => event._tag === "Exit"), Stream.runCollect)
+        return yield* ownedEvents(process).pipe(Stream.takeUntil((event) => event._tag === "Exit"), Stream.runCollect)
       }))
       assert.isBelow(Date.now() - started, 2500)
       assert.strictEqual([...background].pop()?._tag, "Exit")
@@ -331,7 +331,7 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
         const process = yield* connection.spawn(spec(["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' 'a'; echo; echo done >&2"]))
         let bytes = 0
         let exit: ExitInfo | undefined
-        yield* process.events.pipe(Stream.runForEach((event) =>
+        yield* ownedEvents(process).pipe(Stream.runForEach((event) =>
           Effect.sync(() => {
             if (event._tag === "Stdout") bytes += event.data.length
             if (event._tag === "Exit") exit = event.exit

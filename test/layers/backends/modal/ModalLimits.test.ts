@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Option } from "effect"
 import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.js"
 import { invalidCreate, invalidExec, MAX_EXEC_ARGS_BYTES } from "../../../../src/layers/backends/modal/ModalSdk.js"
-import { invalidSpec, MAX_SPAWN_PAYLOAD_BYTES, shellWords, wrapperExec } from "../../../../src/layers/backends/modal/ModalWrapper.js"
+import { MAX_SPAWN_PAYLOAD_BYTES, payloadProblem, shellWords, wrapperExec } from "../../../../src/layers/backends/modal/ModalWrapper.js"
 import {
   ENDS_TAG,
   instanceFrom,
@@ -121,9 +121,9 @@ describe("exec sizes (Modal: 64 KiB of arguments per exec)", () => {
   })
 
   it("a spawn over the payload limit is refused before calling, with the numbers", () => {
-    assert.isUndefined(invalidSpec(spec))
+    assert.isUndefined(payloadProblem(spec))
     const big = { ...spec, env: { ...spec.env, BIG: "x".repeat(MAX_SPAWN_PAYLOAD_BYTES) } }
-    assert.match(invalidSpec(big) ?? "", /take \d+ bytes .* at most 122880 \(120 KiB/)
+    assert.match(payloadProblem(big) ?? "", /take \d+ bytes .* at most 122880 \(120 KiB/)
   })
 
   it("the adapter refuses what Modal would: argument size, env names, names and timeouts", () => {

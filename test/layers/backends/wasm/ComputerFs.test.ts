@@ -1,6 +1,6 @@
 import { assert, describe, it } from "vitest"
 import { ComputerFs } from "../../../../src/layers/backends/wasm/ComputerFs.js"
-import { formatSize, INODE_BYTES, parseSize, reserve } from "../../../../src/layers/backends/wasm/Quota.js"
+import { INODE_BYTES, reserve } from "../../../../src/layers/backends/wasm/Quota.js"
 import { baseImage } from "../../../../src/layers/backends/wasm/Snapshot.js"
 import { dir, Vfs } from "../../../../src/layers/backends/wasm/Vfs.js"
 
@@ -8,18 +8,6 @@ const bytes = (text: string) => new TextEncoder().encode(text)
 const used = (fs: ComputerFs) => Number(Atomics.load(fs.quota, 0))
 
 describe("the quota", () => {
-  it("parses and prints sizes", () => {
-    assert.strictEqual(parseSize("256m"), 256 * 1024 * 1024)
-    assert.strictEqual(parseSize("1g"), 1024 ** 3)
-    assert.strictEqual(parseSize("512KiB"), 512 * 1024)
-    assert.strictEqual(parseSize("1.5m"), 1.5 * 1024 * 1024)
-    assert.strictEqual(parseSize("4096"), 4096)
-    assert.isUndefined(parseSize("lots"))
-    assert.isUndefined(parseSize("-1m"))
-    assert.strictEqual(formatSize(256 * 1024 * 1024), "256 MiB")
-    assert.strictEqual(formatSize(800), "800 bytes")
-  })
-
   it("reserves up to the limit and never past it", () => {
     const fs = new ComputerFs(dir(), 10 * 1024)
     const cell = fs.begin()

@@ -6,8 +6,8 @@ import * as Layer from "effect/Layer"
 import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync } from "node:fs"
 import { hostname } from "node:os"
-import type { Owner } from "../domain/ComputerMetadata.js"
-import { ServerIdentity } from "../services/ServerIdentity.js"
+import type { Owner } from "../../domain/ComputerMetadata.js"
+import { ServerIdentity } from "../../services/ServerIdentity.js"
 
 /** Start time (clock ticks since boot, /proc/<pid>/stat field 22) of a process, or undefined. */
 export const processStartTime = (pid: number | "self"): string | undefined => {

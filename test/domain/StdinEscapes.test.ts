@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Either } from "effect"
-import { describeEscapes, parseStdinEscapes } from "../../src/actors/StdinEscapes.js"
+import { describeEscapes, parseStdinEscapes } from "../../src/domain/StdinEscapes.js"
 
 const bytes = (input: string): Array<number> => {
   const result = parseStdinEscapes(input)

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { COMMAND_CHARS, commandCut, errorSummary, redact } from "../../../src/layers/tracing/Redact.js"
+import { COMMAND_CHARS, commandCut, errorSummary, redact } from "../../src/domain/Redact.js"
 
 describe("what of a command a span may carry", () => {
   const masked: ReadonlyArray<readonly [string, string, string]> = [

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll } from "vitest"
-import * as AuditLog from "../../../src/layers/egress/AuditLog.js"
+import * as AuditLog from "../../src/layers/AuditLog.js"
 
 const dir = mkdtempSync(join(tmpdir(), "kt-audit-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))

@@ -2,8 +2,10 @@
  * What was wrong with a tool call's arguments, in a line a model can act on:
  * `invalid arguments for spawn: cols must be an integer from 2 to 1000 (got a string); bogus is not
  * an argument of spawn (it takes command, cwd, …)`. Read off the tool's JSON Schema (what the
- * client was shown in tools/list) at each path the decoder rejected. Values are never repeated:
- * the caller knows what it sent, and the line goes to traces and logs (only kinds: "a string").
+ * client was shown in tools/list) at each path the decoder rejected, or, where the input's Schema
+ * has a check of its own (a filter or a parse with its message: "command must not be empty"), in
+ * that check's words. Values are never repeated: the caller knows what it sent, and the line goes
+ * to traces and logs (only kinds: "a string"); a check's own message says no more than its rule.
  */
 import type * as ParseResult from "effect/ParseResult"
 import { ArrayFormatter } from "effect/ParseResult"
@@ -84,11 +86,15 @@ const pathText = (path: ReadonlyArray<PropertyKey>) =>
 /** The sentence for a decoding error of `tool`'s arguments against its input's JSON Schema. */
 export const describe = (tool: string, schema: Node, args: unknown, error: ParseResult.ParseError): string => {
   const issues = ArrayFormatter.formatErrorSync(error)
-  const byPath = new Map<string, { path: ReadonlyArray<PropertyKey>; tags: Set<string> }>()
+  const byPath = new Map<string, { path: ReadonlyArray<PropertyKey>; tags: Set<string>; own: string | undefined }>()
   for (const issue of issues) {
     const key = pathText(issue.path)
-    const entry = byPath.get(key) ?? { path: issue.path, tags: new Set<string>() }
+    const entry = byPath.get(key) ?? { path: issue.path, tags: new Set<string>(), own: undefined }
     entry.tags.add(issue._tag)
+    // Effect's generic messages begin "Expected …"; anything else is a check's own sentence.
+    if (entry.own === undefined && !issue.message.startsWith("Expected ") && (issue._tag === "Refinement" || issue._tag === "Transformation")) {
+      entry.own = issue.message
+    }
     byPath.set(key, entry)
   }
   const properties = isNode(schema["properties"]) ? Object.keys(schema["properties"]) : []
@@ -97,8 +103,9 @@ export const describe = (tool: string, schema: Node, args: unknown, error: Parse
   const innermost = [...byPath.entries()].filter(([key]) =>
     !keys.some((other) => other !== key && (key === "" || other.startsWith(`${key}.`) || other.startsWith(`${key}[`)))
   )
-  const problems = innermost.map(([, { path, tags }]) => {
+  const problems = innermost.map(([, { path, tags, own }]) => {
     const name = pathText(path)
+    if (own !== undefined) return own
     if (path.length === 0) return `arguments must be ${expected(schema, schema)}`
     if (tags.has("Unexpected")) {
       return path.length === 1 && properties.length > 0

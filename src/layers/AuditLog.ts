@@ -25,9 +25,9 @@ import type * as Scope from "effect/Scope"
 import { closeSync, constants, openSync } from "node:fs"
 import { type FileHandle, open, rename, unlink } from "node:fs/promises"
 import { basename, dirname } from "node:path"
-import { AuditLog, type AuditEntry, type AuditEvent, type AuditLogShape } from "../../services/AuditLog.js"
-import { Settings } from "../../services/Settings.js"
-import { EgressError } from "./EgressError.js"
+import { AuditLog, type AuditEntry, type AuditEvent, type AuditLogShape } from "../services/AuditLog.js"
+import { Settings } from "../services/Settings.js"
+import { EgressError } from "./egress/EgressError.js"
 
 export interface AuditLogOptions {
   /** The file; undefined keeps only the in-memory entries. */
