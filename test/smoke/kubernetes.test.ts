@@ -16,7 +16,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Stream } from "effect"
 import * as KubernetesBackend from "../../src/layers/backends/kubernetes/KubernetesBackend.js"
 import type { Connection, SpawnSpec } from "../../src/services/Backend.js"
-import { Backend } from "../../src/services/Backend.js"
+import { Backend, ownedEvents } from "../../src/services/Backend.js"
 
 const kubeconfig = process.env["KILNTAINERS_K8S_SMOKE_KUBECONFIG"] ?? ""
 if (kubeconfig === "") process.stderr.write("skipping the Kubernetes smoke test against a real cluster: KILNTAINERS_K8S_SMOKE_KUBECONFIG is not set\n")
@@ -43,7 +43,7 @@ const exec = (connection: Connection, argv: ReadonlyArray<string>, input?: Uint8
       yield* process.write(input)
       yield* process.closeStdin
     }
-    return yield* process.events.pipe(
+    return yield* ownedEvents(process).pipe(
       Stream.runFold({ out: Buffer.alloc(0), exit: undefined as unknown }, (acc, event) =>
         event._tag === "Stdout" ? { ...acc, out: Buffer.concat([acc.out, event.data]) } : event._tag === "Exit" ? { ...acc, exit: event.exit } : acc)
     )

@@ -7,7 +7,7 @@ import { afterAll, beforeAll } from "vitest"
 import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.js"
 import * as KubernetesBackend from "../../../../src/layers/backends/kubernetes/KubernetesBackend.js"
 import * as Runtime from "../../../../src/layers/Runtime.js"
-import { Backend, type BackendProcess } from "../../../../src/services/Backend.js"
+import { Backend, type BackendProcess, ownedEvents } from "../../../../src/services/Backend.js"
 import { Computers } from "../../../../src/services/Computers.js"
 import { Settings } from "../../../../src/services/Settings.js"
 import type { KubeFake } from "../../../support/kube/KubeFake.js"
@@ -42,7 +42,7 @@ const withBackend = <A, E>(overrides: Partial<KubernetesBackend.KubernetesBacken
   Effect.scoped(Effect.flatMap(Backend, body)).pipe(Effect.provide(KubernetesBackend.layer(options(fake, overrides))))
 
 const output = (process: BackendProcess) =>
-  process.events.pipe(
+  ownedEvents(process).pipe(
     Stream.runFold("", (text, event) => (event._tag === "Stdout" ? text + Buffer.from(event.data).toString() : text)),
     Effect.timeout("30 seconds")
   )

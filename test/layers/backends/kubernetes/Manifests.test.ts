@@ -3,10 +3,10 @@
 // read-only server), and that the Role is least privilege: exactly what the backend asks of the
 // API while its computers live, and nothing more.
 import { assert, it } from "@effect/vitest"
-import { Effect, Stream } from "effect"
+import { Effect } from "effect"
 import { afterAll, beforeAll } from "vitest"
 import * as KubernetesBackend from "../../../../src/layers/backends/kubernetes/KubernetesBackend.js"
-import { Backend } from "../../../../src/services/Backend.js"
+import { Backend, forEachEventChunk } from "../../../../src/services/Backend.js"
 import type { KubeFake } from "../../../support/kube/KubeFake.js"
 import { startKubeFake } from "../../../support/kube/KubeFake.js"
 import { route } from "../../../support/kube/FakeKubeApi.js"
@@ -76,7 +76,7 @@ describeIf(kubeFakeWorks && kubectlWorks, `${requirement} and kubectl`)("the dep
         yield* backend.renewal!.renew(instance, Date.now() + 60_000)
         yield* Effect.scoped(Effect.gen(function*() {
           const connection = yield* backend.connect(instance)
-          yield* Stream.runDrain((yield* connection.spawn({ argv: ["true"], cwd: "/", env: {} })).events)
+          yield* forEachEventChunk(yield* connection.spawn({ argv: ["true"], cwd: "/", env: {} }), () => Effect.void)
         }))
         yield* backend.restart(instance)
         yield* backend.remove(instance)
