@@ -194,6 +194,18 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
         region: values.region,
         sandboxTimeoutSec: values.sandboxTimeout
       },
+      kubernetes: {
+        kubeconfig: values.k8sKubeconfig,
+        context: values.k8sContext,
+        namespace: values.k8sNamespace,
+        template: values.k8sTemplate,
+        image: values.k8sImage,
+        runtimeClass: values.k8sRuntimeClass,
+        cpu: values.k8sCpu,
+        memory: values.k8sMemory,
+        nodeSelector: values.k8sNodeSelector,
+        warmPool: values.k8sWarmPool
+      },
       wasmPath: values.wasmPath,
       wasmMaxMemoryMb: values.wasmMaxMemory,
       wasmMaxDiskBytes: parseSize(values.wasmMaxDisk) ?? defaultSettings.wasmMaxDiskBytes,

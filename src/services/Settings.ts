@@ -41,6 +41,24 @@ export interface E2BSettings {
   readonly home: string | undefined
 }
 
+/** Kubernetes backend settings (--k8s-*): agent-sandbox Sandboxes through SandboxClaims. */
+export interface KubernetesSettings {
+  /** --k8s-kubeconfig / KUBECONFIG; undefined: ~/.kube/config or the pod's service account. */
+  readonly kubeconfig: string | undefined
+  readonly context: string | undefined
+  /** --k8s-namespace; undefined: the context's. */
+  readonly namespace: string | undefined
+  /** --k8s-template: an existing SandboxTemplate; undefined: kilntainers makes its own. */
+  readonly template: string | undefined
+  readonly image: string
+  readonly runtimeClass: string | undefined
+  readonly cpu: string | undefined
+  readonly memory: string | undefined
+  readonly nodeSelector: Readonly<Record<string, string>>
+  /** --k8s-warm-pool: replicas of a SandboxWarmPool of the template (0: none). */
+  readonly warmPool: number
+}
+
 /** Modal backend settings (--modal-*, --gpu, --region, --sandbox-timeout). */
 export interface ModalSettings {
   /** --modal-token-id (needed unless a gateway or client is given). */
@@ -112,7 +130,7 @@ export interface AuditLogSettings {
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
   /** Where computers run; `auto` = docker when an engine answers, else host. */
-  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal" | "wasm" | "toolset"
+  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal" | "kubernetes" | "wasm" | "toolset"
   readonly transport: "stdio" | "http"
   /** sandbox_exec default timeout, seconds. */
   readonly timeout: number
@@ -170,6 +188,7 @@ export interface SettingsShape {
   readonly fly: FlySettings
   readonly e2b: E2BSettings
   readonly modal: ModalSettings
+  readonly kubernetes: KubernetesSettings
   /**
    * WASM backends: the user's module (--backend wasm), memory cap and wall clock per process, and
    * the size of one computer's filesystem (contents plus 1 KiB per file or directory).
@@ -259,6 +278,18 @@ export const defaultSettings: SettingsShape = {
     gpu: undefined,
     region: undefined,
     sandboxTimeoutSec: 3600
+  },
+  kubernetes: {
+    kubeconfig: undefined,
+    context: undefined,
+    namespace: undefined,
+    template: undefined,
+    image: "debian:bookworm-slim",
+    runtimeClass: undefined,
+    cpu: undefined,
+    memory: undefined,
+    nodeSelector: {},
+    warmPool: 0
   },
   wasmPath: undefined,
   wasmMaxMemoryMb: 256,

@@ -107,4 +107,22 @@ describeIf(ModalFake.fakeWorks && existsSync(binPath), "bubblewrap and nsenter (
     assert.isAbove(modal!.callsOf("TaskExecStart").length, 0)
     assert.isAbove(modal!.callsOf("AuthTokenGet").length, 0, "the SDK authenticated with the tokens from the environment")
   }, 120_000)
+
+  it("--allow-host reaches Modal as the sandbox's domain and CIDR allowlist, asked of its V1 backend", async () => {
+    const before = modal!.callsOf("SandboxCreate").length
+    await exercise(["--backend", "modal", "--modal-app-name", "kt-e2e-egress", "--allow-host", "pypi.org", "--allow-host", "*.github.com", "--allow-host", "10.1.2.3"], {
+      MODAL_TOKEN_ID: modal!.tokenId,
+      MODAL_TOKEN_SECRET: modal!.tokenSecret,
+      MODAL_SERVER_URL: modal!.url
+    })
+    const created = modal!.callsOf("SandboxCreate").slice(before)
+    assert.strictEqual(created.length, 1)
+    assert.deepStrictEqual(created[0]!["definition"]["networkAccess"], {
+      networkAccessType: 3,
+      allowedCidrs: ["10.1.2.3/32"],
+      allowedDomains: ["pypi.org", "*.github.com"]
+    })
+    const sandbox = [...modal!.sandboxes.values()].find((s) => s.definition["name"] === created[0]!["definition"]["name"])
+    assert.isTrue(sandbox?.network.applied, "the fake applied the policy (a V1 sandbox)")
+  }, 120_000)
 })

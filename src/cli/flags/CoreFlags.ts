@@ -2,7 +2,7 @@
 import { defaultSettings } from "../../services/Settings.js"
 import * as Flag from "../Flag.js"
 
-const backends = ["auto", "host", "docker", "fly", "e2b", "modal", "toolset", "go_busybox", "wasm"] as const
+const backends = ["auto", "host", "docker", "fly", "e2b", "modal", "kubernetes", "toolset", "go_busybox", "wasm"] as const
 const logLevels = ["debug", "info", "warning", "error", "none"] as const
 
 export const coreFlags = {
