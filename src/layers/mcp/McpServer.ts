@@ -275,7 +275,7 @@ export const serve = (
   }).pipe(Effect.scoped)
 
 /**
- * Serves MCP over this process's stdin/stdout until stdin ends, answering at once while the layer
+ * Serves MCP over this process's stdin/stdout until stdin ends (or stdout breaks), answering at once while the layer
  * (the backend) starts. The SDK's stdio entry decides the era from the client's first message (a
  * 2025 `initialize`, or 2026-07-28 requests that carry their own envelope); either way the
  * connection is one session. Nothing else may write to stdout.
@@ -293,11 +293,14 @@ export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolSe
     Effect.sync(() => {
       process.stdin.on("end", onEnd)
       process.stdin.on("close", onEnd)
+      // A client that closed its end of stdout is gone as surely as one that closed stdin.
+      process.stdout.on("error", onEnd)
     }),
     () =>
       Effect.sync(() => {
         process.stdin.off("end", onEnd)
         process.stdin.off("close", onEnd)
+        process.stdout.off("error", onEnd)
       })
   )
   const parts = yield* makeParts(settings, services, yield* Tasks.make(Tasks.defaults))
@@ -312,5 +315,5 @@ export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolSe
     (handle) => Effect.promise(() => handle.close()).pipe(Effect.timeout("5 seconds"), Effect.interruptible, Effect.ignore)
   )
   yield* Deferred.await(stdinEnded)
-  yield* Effect.logDebug("stdin closed: shutting down")
+  yield* Effect.logDebug("stdin closed or stdout broken: shutting down")
 }).pipe(Effect.scoped)

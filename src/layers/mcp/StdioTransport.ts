@@ -48,6 +48,13 @@ export class StdioTransport implements Transport {
 
   private readonly onError = (error: Error) => this.onerror?.(error)
 
+  /** Why stdout can no longer be written (the client closed its end: EPIPE), once it happened. */
+  private broken: Error | undefined = undefined
+  private readonly onStdoutError = (error: Error) => {
+    this.broken ??= error
+    this.onerror?.(error)
+  }
+
   private take(bytes: Buffer) {
     this.size += bytes.length
     if (this.skipping) return this.skipping.feed(bytes)
@@ -107,9 +114,18 @@ export class StdioTransport implements Transport {
   }
 
   private write(message: unknown) {
-    return new Promise<void>((resolve) => {
-      if (this.stdout.write(`${JSON.stringify(message)}\n`)) resolve()
-      else this.stdout.once("drain", resolve)
+    return new Promise<void>((resolve, reject) => {
+      if (this.broken !== undefined) return reject(this.broken)
+      if (this.stdout.write(`${JSON.stringify(message)}\n`)) return resolve()
+      // A write waiting for room ends either way: drained, or stdout broke (it would never drain).
+      const settle = (error?: Error) => {
+        this.stdout.off("drain", settle)
+        this.stdout.off("error", settle)
+        if (error === undefined) resolve()
+        else reject(error)
+      }
+      this.stdout.once("drain", settle)
+      this.stdout.once("error", settle)
     })
   }
 
@@ -118,6 +134,9 @@ export class StdioTransport implements Transport {
     this.started = true
     this.stdin.on("data", this.onData)
     this.stdin.on("error", this.onError)
+    // Never taken off: a write still in flight after close must not make an unhandled 'error' event
+    // (which would end the process with a stack trace instead of a clean shutdown).
+    this.stdout.on("error", this.onStdoutError)
   }
 
   send(message: JSONRPCMessage) {
