@@ -7,6 +7,7 @@ import { binPath, type Harness, processesWith, startServer, waitFor } from "../s
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const toolNames = [
+  "computer_checkpoint",
   "computer_create",
   "computer_dashboard",
   "computer_delete",
