@@ -8,13 +8,15 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { InvalidInput } from "../../domain/Errors.js"
 import { type CheckpointError, CheckpointInfo, Computers } from "../../services/Computers.js"
+import { ComputerId } from "../../services/ProcessInputs.js"
 import * as Tool from "./Tool.js"
 
 const Action = Schema.Literal("create", "list", "delete")
 
 const Input = Schema.Struct({
   action: Schema.optionalWith(Action, { default: () => "create" as const }),
-  computer_id: Schema.optional(Schema.String),
+  // Checked whatever the action: a computer id that could never name a computer is refused, not ignored.
+  computer_id: Schema.optional(ComputerId),
   name: Schema.optional(Schema.String.pipe(Schema.maxLength(200))),
   shared: Schema.optional(Schema.Boolean),
   checkpoint_id: Schema.optional(Schema.String)
