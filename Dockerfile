@@ -26,7 +26,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 # The npm package's layout: dist, the helpers (compiled or prebuilt, each with its manifest), the
-# build script for other platforms, and the WASI toolset when it was built (bash wasm/build.sh).
+# build script for other platforms, the WASI toolset when it was built (bash wasm/build.sh), and the
+# computer image's recipe (built on the host's engine when a computer first needs it).
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist/src ./dist/src
@@ -34,6 +35,7 @@ COPY --from=build /app/native ./native
 COPY --from=build /app/prebuilt ./prebuilt
 COPY --from=build /app/scripts/build-native.mjs /app/scripts/native-sources.mjs ./scripts/
 COPY --from=build /app/wasm/build ./wasm/build
+COPY --from=build /app/images ./images
 ENV NODE_ENV=production \
     KILNTAINERS_TRANSPORT=http \
     KILNTAINERS_HOST=0.0.0.0 \

@@ -21,25 +21,30 @@ const bundled = new Set([
   "@effect/printer",
   "@effect/printer-ansi",
   "@effect/typeclass",
-  "@modelcontextprotocol/sdk",
+  "@modelcontextprotocol/server",
+  "@modelcontextprotocol/core",
   "zod",
   "re2js"
 ])
-const external = Object.keys(dependencies).filter((name) => !bundled.has(name)).flatMap((name) => [name, `${name}/*`])
+const external = [
+  ...Object.keys(dependencies).filter((name) => !bundled.has(name)).flatMap((name) => [name, `${name}/*`]),
+  // Loaded on first use only (LazyJsonSchemaValidator), from node_modules.
+  "@modelcontextprotocol/server/validators/ajv"
+]
 const outdir = join(root, "dist", "bin")
-// The SDK's Server imports its Ajv validator eagerly (~190 KB of Ajv, its formats and fast-uri, and
-// an Ajv instance per Server): a start would pay for it though only elicitation uses it. Our Server
-// is always given src/layers/mcp/LazyJsonSchemaValidator.ts, which requires the SDK's own provider
-// on first use; the bundled SDK gets a stand-in that refuses to be the default.
+// The SDK's Server imports its Ajv validator eagerly (~290 KB of Ajv, its formats and fast-uri, and
+// an Ajv instance per Server, through `@modelcontextprotocol/server/_shims`): a start would pay for
+// it though only elicitation uses it. Our Server is always given
+// src/layers/mcp/LazyJsonSchemaValidator.ts, which requires the SDK's own validator on first use
+// (`@modelcontextprotocol/server/validators/ajv`, external); the bundled SDK gets a stand-in that
+// refuses to be the default.
 const sdkAjvStandIn = {
   name: "sdk-ajv-stand-in",
   setup(build) {
-    build.onResolve({ filter: /\/validation\/ajv-provider\.js$/ }, (args) =>
-      args.importer.includes(join("@modelcontextprotocol", "sdk", "dist", "esm", "server"))
-        ? { path: "ajv-provider", namespace: "sdk-ajv-stand-in" }
-        : undefined)
+    build.onResolve({ filter: /^@modelcontextprotocol\/server\/_shims$/ }, () => ({ path: "shims", namespace: "sdk-ajv-stand-in" }))
     build.onLoad({ filter: /.*/, namespace: "sdk-ajv-stand-in" }, () => ({
-      contents: "export class AjvJsonSchemaValidator { constructor() { throw new Error(" +
+      contents: "import process from 'node:process'; export { process }; " +
+        "export class DefaultJsonSchemaValidator { constructor() { throw new Error(" +
         "'kilntainers bundle: pass jsonSchemaValidator (LazyJsonSchemaValidator) to the MCP Server') } }",
       loader: "js"
     }))

@@ -2,7 +2,7 @@
 // Tests the npm package as users get it (`npm run test:package`; CI runs it after `npm test`):
 //   1. the prebuilt helpers' own tests (test/package/prebuilt.test.ts: reproducible, static, the
 //      arm64 agent under qemu), with the machine's compilers;
-//   2. `npm pack` (prepack: prebuilt helpers, build, check-package), then `npm install` of the
+//   2. `npm pack` (prepack: the WASI toolset, prebuilt helpers, build, check-package), then `npm install` of the
 //      tarball into an empty directory with a PATH on which cc, gcc, clang (and c++, g++, clang++)
 //      are shims that fail, so nothing can be compiled;
 //   3. with that PATH, the installed copy's tests (test/package/installed.test.ts) and the end-to-end

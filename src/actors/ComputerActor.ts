@@ -147,7 +147,10 @@ export const make = (
     const create = (previous: Instance | undefined) =>
       Effect.gen(function*() {
         const metadata = yield* metadataFor(previous)
-        return yield* backend.create(metadata).pipe(
+        // A fork is made from its checkpoint once; a reset or recovery later makes it from the base image.
+        const from = origin._tag === "Create" && previous === undefined ? origin.from : undefined
+        const made = from === undefined || backend.checkpoints === undefined ? backend.create(metadata) : backend.checkpoints.restore(from, metadata)
+        return yield* made.pipe(
           Effect.catchIf((error) => error.reason === "Conflict", (error) =>
             backend.find({ id }).pipe(
               Effect.flatMap((found) => {
@@ -327,6 +330,9 @@ export const make = (
 
     const liveProcesses = processes.running
 
+    const whileRunning = <A, E>(f: (instance: Instance) => Effect.Effect<A, E>) =>
+      lifecycle.withPermits(1)(Effect.suspend((): Effect.Effect<A, E | ComputerUnavailable> => life._tag === "Running" ? f(life.instance) : Effect.fail(new ComputerUnavailable({ id, state: stateOf(life) }))))
+
     const info = Effect.gen(function*() {
       const facts = { id, backend: backend.name, state: stateOf(life), temporary: options.temporary, instance: life.instance }
       const more = { createdAt: createdAt(), warnBeforeEndMs: options.warnBeforeEndMs, processes: yield* liveProcesses }
@@ -387,6 +393,7 @@ export const make = (
       recover,
       restart,
       factoryReset,
+      whileRunning,
       destroy
     }
     return actor

@@ -40,9 +40,12 @@ export interface ComputerActorOptions {
   readonly audit?: ComputerAudit.LifecycleRecorder | undefined
 }
 
-/** Where the computer comes from: a new one (for a warm pool: marked pooled), or one the provider already has. */
+/**
+ * Where the computer comes from: a new one (for a warm pool: marked pooled; `from` a checkpoint's
+ * stored copy: a fork), or one the provider already has.
+ */
 export type Origin =
-  | { readonly _tag: "Create"; readonly pooled?: boolean | undefined }
+  | { readonly _tag: "Create"; readonly pooled?: boolean | undefined; readonly from?: string | undefined }
   | { readonly _tag: "Attach"; readonly instance: Instance }
 
 export interface ComputerActor extends ComputerHandle {
@@ -67,6 +70,11 @@ export interface ComputerActor extends ComputerHandle {
   readonly restart: Effect.Effect<void, ProviderError | Unsupported | ComputerUnavailable>
   /** Ends every process, then recreates the computer from its base image. */
   readonly factoryReset: Effect.Effect<void, ProviderError | Unsupported | ComputerUnavailable>
+  /**
+   * Runs `f` on the running computer's instance with its lifecycle steps held off meanwhile (no
+   * restart, reset or delete in the middle of a checkpoint).
+   */
+  readonly whileRunning: <A, E>(f: (instance: Instance) => Effect.Effect<A, E>) => Effect.Effect<A, E | ComputerUnavailable>
   /** Ends every process and removes the computer for good. */
   readonly destroy: Effect.Effect<void, ProviderError>
 }

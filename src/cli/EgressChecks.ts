@@ -23,6 +23,7 @@ const ENFORCED = new Set(["host", "docker"])
 const PROVIDER_ENFORCED = new Set(["e2b", "modal"])
 const WHY_NOT: Record<string, string> = {
   fly: "Fly Machines have no egress controls kilntainers can set",
+  kubernetes: "pods have the cluster's network; a NetworkPolicy of the cluster's own restricts it",
   wasm: "WASM computers have no network at all",
   toolset: "toolset computers have no network at all"
 }

@@ -8,7 +8,7 @@ import * as Either from "effect/Either"
 import * as Redacted from "effect/Redacted"
 
 /** The backends a flag can apply to (`go_busybox` is `toolset`; `auto` is docker or host). */
-export type BackendName = "host" | "docker" | "fly" | "e2b" | "modal" | "wasm" | "toolset"
+export type BackendName = "host" | "docker" | "fly" | "e2b" | "modal" | "kubernetes" | "wasm" | "toolset"
 
 /** The help sections, in the order `--help` prints them. */
 export const groups = [
@@ -24,6 +24,7 @@ export const groups = [
   "fly backend options",
   "e2b backend options",
   "modal backend options",
+  "kubernetes backend options",
   "wasm backend options",
   "process options",
   "image build options"

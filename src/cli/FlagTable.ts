@@ -8,6 +8,7 @@ import { e2bFlags, flyFlags, modalFlags } from "./flags/CloudFlags.js"
 import { dockerFlags, hostFlags } from "./flags/ContainerFlags.js"
 import { coreFlags, httpFlags } from "./flags/CoreFlags.js"
 import { egressFlags } from "./flags/EgressFlags.js"
+import { kubernetesFlags } from "./flags/KubernetesFlags.js"
 import { mountFlags } from "./flags/MountFlags.js"
 import { processFlags } from "./flags/ProcessFlags.js"
 import { tracingFlags } from "./flags/TracingFlags.js"
@@ -24,6 +25,7 @@ export const flagTable = {
   ...flyFlags,
   ...e2bFlags,
   ...modalFlags,
+  ...kubernetesFlags,
   ...wasmFlags,
   ...processFlags
 }

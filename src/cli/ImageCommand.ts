@@ -7,9 +7,7 @@
  */
 import * as Command from "@effect/cli/Command"
 import { Console, Effect, Either } from "effect"
-import { existsSync } from "node:fs"
-import { dirname, join } from "node:path"
-import { fileURLToPath } from "node:url"
+import { COMPUTER_IMAGE, DEFAULT_BASE, recipeDirectory } from "../layers/backends/docker/ComputerRecipe.js"
 import { type Spelling, spellingOf } from "./ArgvPrePass.js"
 import { ConfigRefused } from "./CliError.js"
 import * as Flag from "./Flag.js"
@@ -17,10 +15,7 @@ import { dockerFlags } from "./flags/ContainerFlags.js"
 import type * as Help from "./Help.js"
 import { resolve, tableOptions } from "./ResolvedFlags.js"
 
-/** The computer image's default name. */
-export const COMPUTER_IMAGE = "kilntainers-computer:bookworm"
-/** The recipe's default base: the server's default image, where a registry is reachable. */
-export const DEFAULT_BASE = "debian:bookworm-slim"
+export { COMPUTER_IMAGE, DEFAULT_BASE, recipeDirectory }
 
 const group = "image build options" as const
 
@@ -58,27 +53,15 @@ export const spellings: ReadonlyArray<Spelling> = [help, ...Object.values(imageF
 
 export const page: Help.Page = {
   usage: ["usage: kilntainers image build [-h] [--engine ENGINE] [--docker-host URL] [--tag TAG] [--base IMAGE]"],
-  description: "Builds the computer image on the engine: Debian with git, curl, python3 and pip, build-essential, vim, " +
-    "less, procps, jq, unzip, and a non-root user agent (uid 1000, home /home/agent). Use it with " +
-    "--backend docker --image TAG.",
+  description: "Builds the computer image on the engine: Debian with git, curl, python3 and pip, node and npm, " +
+    "build-essential, vim, less, procps, jq, unzip, and a non-root user agent (uid 1000, home /home/agent). " +
+    `The docker backend's default --image, ${COMPUTER_IMAGE}, is built so on first use when the engine lacks it; ` +
+    "this rebuilds it, or builds it under another --tag for --image TAG.",
   actions: [help],
   flags: Object.values(imageFlags),
   footer: "The engine's build output goes to stderr; the image's name is printed on stdout once it is built. " +
     "The build downloads Debian packages: the engine needs to reach Debian's mirror. Without a registry, " +
     "scripts/docker-test-image.sh in a clone makes a Debian base locally: --base kilntainers-test:bookworm."
-}
-
-/**
- * The recipe's directory: `images/computer` in the package, found upwards from this module (it runs
- * from `src/cli` under the tests and from `dist/src/cli` when built).
- */
-export const recipeDirectory = (from: string = fileURLToPath(import.meta.url)): string | undefined => {
-  for (let dir = dirname(from), depth = 0; depth < 6; dir = dirname(dir), depth++) {
-    const candidate = join(dir, "images", "computer")
-    if (existsSync(join(candidate, "Dockerfile"))) return candidate
-    if (dirname(dir) === dir) break
-  }
-  return undefined
 }
 
 /** `kilntainers image build`. */

@@ -85,7 +85,7 @@ const serve = (settings: SettingsShape, values: FlagValues, choice: BackendChoic
     )
     if (settings.transport === "http") {
       const HttpServer = yield* Effect.promise(() => import("../layers/mcp/HttpServer.js"))
-      yield* HttpServer.serveHttpForever(httpOptions(values)).pipe(Effect.provide(Main.layer(settings, instanceId)))
+      yield* HttpServer.serveHttpForever(yield* httpOptions(values)).pipe(Effect.provide(Main.layer(settings, instanceId)))
     } else {
       // The backend starts in the background (tools/list never waits for it); traces wrap it all.
       yield* McpServer.serveStdio(settings, Main.runtimeLayer(settings, instanceId)).pipe(

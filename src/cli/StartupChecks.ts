@@ -91,6 +91,14 @@ const checkBackendNeeds = (resolved: ResolvedFlags, choice: BackendChoice) =>
       case "e2b":
         if (values.e2bApiKey === undefined) return yield* refuse("--backend e2b needs an API key: E2B_API_KEY or --e2b-api-key")
         return
+      case "modal":
+        // As Fly and E2B: refused now, not at the first tool call (the SDK reads only what we pass it).
+        if (values.modalTokenId === undefined || values.modalTokenSecret === undefined) {
+          return yield* refuse(
+            "--backend modal needs a token: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or --modal-token-id and --modal-token-secret ('modal token new' makes one)"
+          )
+        }
+        return
       case "wasm": {
         yield* refuseFuel(values.wasmFuel)
         const path = values.wasmPath
@@ -132,7 +140,8 @@ const checkTransport = (resolved: ResolvedFlags) =>
       return
     }
     const { isLoopback } = yield* Effect.promise(() => import("../layers/mcp/HttpServer.js"))
-    if (!isLoopback(values.host) && values.authToken === undefined && !values.allowUnauthenticatedHttp) {
+    const tokens = values.authToken !== undefined || Object.keys(values.authPrincipal).length > 0
+    if (!isLoopback(values.host) && !tokens && !values.allowUnauthenticatedHttp) {
       return yield* refuse(
         `a non-loopback --host (${values.host}) lets anyone who reaches it run commands: set KILNTAINERS_AUTH_TOKEN ` +
           `(or --auth-token), or pass --allow-unauthenticated-http if something in front of this server authenticates`

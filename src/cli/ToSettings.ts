@@ -8,6 +8,7 @@ import { homedir } from "node:os"
 import { join } from "node:path"
 import { defaultSettings, type EgressHeaderSetting, type SettingsShape } from "../services/Settings.js"
 import { parseSize } from "../domain/Size.js"
+import type { PrincipalToken } from "../layers/mcp/BearerAuth.js"
 import { maxMessageBytes } from "../layers/mcp/Limits.js"
 import * as EgressPolicy from "../layers/egress/EgressPolicy.js"
 import { ConfigRefused } from "./CliError.js"
@@ -21,16 +22,72 @@ export const defaultStateDir = Config.string("XDG_STATE_HOME").pipe(
   Config.orElse(() => Config.succeed(join(homedir(), ".local", "state", "kilntainers")))
 )
 
-/** The HTTP transport's part of the flags (see `HttpServer.HttpOptions`). */
-export const httpOptions = (values: FlagValues) => ({
-  host: values.host,
-  port: values.port,
-  sessionTimeoutMs: values.sessionTimeout * 1000,
-  authToken: values.authToken === undefined ? undefined : Redacted.value(values.authToken),
-  allowUnauthenticated: values.allowUnauthenticatedHttp,
-  maxSessions: values.maxSessions,
-  maxBodyBytes: maxMessageBytes
-})
+/**
+ * The tokens of `--auth-principal NAME=VARIABLE`, read once from the server's environment (through
+ * Config). A missing variable, a token a bearer header cannot carry, or one token for two principals
+ * is refused: either would leave a client unable to tell which identity it has.
+ */
+const principalTokens = (pairs: Readonly<Record<string, string>>, authToken: string | undefined) =>
+  Effect.gen(function*() {
+    // Loaded here, not with the CLI: --help and refused flags answer before any server module loads.
+    const { anonymous, defaultPrincipal, principalName, validateToken } = yield* Effect.promise(() => import("../layers/mcp/BearerAuth.js"))
+    // Names a principal cannot take: `--auth-token`'s, and that of requests without a token.
+    const reservedPrincipals = new Set([defaultPrincipal, anonymous])
+    const tokens: Array<PrincipalToken> = []
+    const seen = new Set(authToken === undefined ? [] : [authToken])
+    for (const [principal, variable] of Object.entries(pairs)) {
+      const rule = `--auth-principal ${principal}=${variable}`
+      if (!principalName.test(principal) || reservedPrincipals.has(principal)) {
+        return yield* new ConfigRefused({
+          message: `${rule}: a principal is named with letters, digits, '.', '_' and '-' (at most 64), and not ` +
+            `${[...reservedPrincipals].join(" or ")}`
+        })
+      }
+      const value = yield* Config.option(Config.redacted(variable)).pipe(Effect.orElseSucceed(() => Option.none()))
+      if (Option.isNone(value)) {
+        return yield* new ConfigRefused({ message: `${rule}: the server's environment has no ${variable}; export it before starting kilntainers` })
+      }
+      const token = Redacted.value(value.value)
+      const checked = validateToken(token, `${rule}: ${variable}`)
+      if (Either.isLeft(checked)) return yield* new ConfigRefused({ message: checked.left })
+      if (seen.has(token)) return yield* new ConfigRefused({ message: `${rule}: ${variable} is another principal's token too` })
+      seen.add(token)
+      tokens.push({ principal, token })
+    }
+    return tokens
+  })
+
+const mib = 1024 * 1024
+
+/**
+ * The HTTP transport's part of the flags (see `HttpServer.HttpOptions`). A per-principal cap left
+ * unset is the server's with one principal (nobody to share with) and half of it with several.
+ */
+export const httpOptions = (values: FlagValues) =>
+  Effect.gen(function*() {
+    const authToken = values.authToken === undefined ? undefined : Redacted.value(values.authToken)
+    const principals = yield* principalTokens(values.authPrincipal, authToken)
+    const several = principals.length + (authToken === undefined ? 0 : 1) > 1
+    const share = (total: number) => several ? Math.ceil(total / 2) : total
+    const perPrincipalMiB = values.maxBodyMemoryPerPrincipal ?? share(values.maxBodyMemory)
+    if (perPrincipalMiB > values.maxBodyMemory) {
+      return yield* new ConfigRefused({
+        message: `--max-body-memory-per-principal (${perPrincipalMiB} MiB) is more than --max-body-memory (${values.maxBodyMemory} MiB)`
+      })
+    }
+    return {
+      host: values.host,
+      port: values.port,
+      sessionTimeoutMs: values.sessionTimeout * 1000,
+      authToken,
+      principals,
+      allowUnauthenticated: values.allowUnauthenticatedHttp,
+      maxSessions: values.maxSessions,
+      maxSessionsPerPrincipal: Math.min(values.maxSessions, values.maxSessionsPerPrincipal ?? share(values.maxSessions)),
+      maxBodyBytes: maxMessageBytes,
+      bodyMemory: { total: values.maxBodyMemory * mib, perPrincipal: perPrincipalMiB * mib }
+    }
+  })
 
 /**
  * The secrets of `--egress-header` rules, read once from the server's environment (through Config).
@@ -87,6 +144,7 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
       stdinYieldMs: values.stdinYieldMs,
       psFinished: values.psFinished,
       warmPool: values.warmPool,
+      maxCheckpoints: values.maxCheckpoints,
       maxFinished: values.maxFinished,
       headBytes: values.headBytes,
       tailBytes: values.tailBytes,
@@ -136,6 +194,18 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
         gpu: values.gpu,
         region: values.region,
         sandboxTimeoutSec: values.sandboxTimeout
+      },
+      kubernetes: {
+        kubeconfig: values.k8sKubeconfig,
+        context: values.k8sContext,
+        namespace: values.k8sNamespace,
+        template: values.k8sTemplate,
+        image: values.k8sImage,
+        runtimeClass: values.k8sRuntimeClass,
+        cpu: values.k8sCpu,
+        memory: values.k8sMemory,
+        nodeSelector: values.k8sNodeSelector,
+        warmPool: values.k8sWarmPool
       },
       wasmPath: values.wasmPath,
       wasmMaxMemoryMb: values.wasmMaxMemory,

@@ -127,7 +127,7 @@ const refresh = async (): Promise<void> => {
   }
   refreshing = true
   try {
-    showInventory(inventory(await callTool("computer_list", {}, listTimeoutMs)))
+    showInventory(inventory(await callTool("computer_list", { audit: true }, listTimeoutMs)))
     await refreshProcesses()
     setStatus(`updated ${new Date().toLocaleTimeString()}`)
   } catch (error) {

@@ -18,6 +18,9 @@ export const nonInteractive: Readonly<Record<string, string>> = {
   GCM_INTERACTIVE: "never",
   DEBIAN_FRONTEND: "noninteractive",
   PIP_NO_INPUT: "1",
+  // Python writes its output as it prints it, not when a pipe's buffer fills: a server's ready line
+  // reaches a spawn pattern (both peers pass the host's on; ours is a clean environment).
+  PYTHONUNBUFFERED: "1",
   NPM_CONFIG_YES: "true",
   CI: "true",
   TERM: "dumb"

@@ -159,6 +159,20 @@ export class ComputerNotFound extends Schema.TaggedError<ComputerNotFound>()("Co
   }
 }
 
+/** No checkpoint with this id (never made, deleted, or ended with the session that made it). */
+export class CheckpointNotFound extends Schema.TaggedError<CheckpointNotFound>()("CheckpointNotFound", {
+  id: Schema.String
+}) {
+  override get message() {
+    return `no checkpoint with id '${this.id}'`
+  }
+}
+
+/** A quota of this server is used up (the message says which, and what frees it). */
+export class QuotaExceeded extends Schema.TaggedError<QuotaExceeded>()("QuotaExceeded", {
+  message: Schema.String
+}) {}
+
 /** The backend does not offer the requested capability. */
 export class Unsupported extends Schema.TaggedError<Unsupported>()("Unsupported", {
   backend: Schema.String,

@@ -18,9 +18,10 @@ import { computerIdPattern, computerIdProblem, generateComputerId } from "../dom
 import { AccessDenied, ComputerNotFound, InvalidInput, type ProviderError, Unsupported } from "../domain/Errors.js"
 import { AuditLog } from "../services/AuditLog.js"
 import { Backend, type Instance } from "../services/Backend.js"
-import { type ComputerInfo, type ComputerRequest, Computers } from "../services/Computers.js"
+import { type CheckpointRequest, type ComputerInfo, type ComputerRequest, Computers } from "../services/Computers.js"
 import { ServerIdentity } from "../services/ServerIdentity.js"
 import { Settings } from "../services/Settings.js"
+import * as CheckpointStore from "./CheckpointStore.js"
 import * as Reaper from "./Reaper.js"
 import { tracedBackend } from "./tracing/TracedBackend.js"
 import * as WarmPool from "./WarmPool.js"
@@ -56,6 +57,8 @@ export const layer = Layer.scoped(
     const sessionDefaults = new Map<string, string>()
     let incarnations = 0
 
+    // Its finalizer is registered before the computers': checkpoints are removed with the server, after its computers.
+    const checkpoints = yield* CheckpointStore.make(backend, settings.maxCheckpoints)
     yield* Reaper.run(server).pipe(Effect.provideService(Backend, backend), Effect.forkScoped)
 
     const close = (entry: Entry) =>
@@ -215,8 +218,28 @@ export const layer = Layer.scoped(
     const create = (session: string, request: ComputerRequest) =>
       Effect.gen(function*() {
         const requested = request.computer_id
-        return yield* byId(session, requested !== undefined && requested !== "" ? requested : yield* freshId, request, true)
+        const id = requested !== undefined && requested !== "" ? requested : yield* freshId
+        if (request.from_checkpoint !== undefined && request.from_checkpoint !== "") return yield* fork(session, id, request, request.from_checkpoint)
+        return yield* byId(session, id, request, true)
       })
+
+    /** A new computer made from a checkpoint: always new (an existing id is refused), never from the warm pool. */
+    const fork = (session: string, id: string, request: ComputerRequest, checkpoint: string) =>
+      Effect.gen(function*() {
+        if (!computerIdPattern.test(id)) return yield* invalidId(id)
+        const stored = yield* checkpoints.forFork(session, checkpoint)
+        if (entries.has(id) || Option.isSome(yield* atProvider(id)) || entries.has(id)) {
+          return yield* new InvalidInput({ message: `computer '${id}' already exists; a computer made from a checkpoint needs a new id (or none)` })
+        }
+        if (request.temporary === false && !backend.capabilities.persistence) {
+          return yield* new Unsupported({ backend: backend.name, feature: "permanent computers (temporary: false)" })
+        }
+        const entry = yield* open(id, request.temporary ?? true, session, request.shared ?? false, { _tag: "Create", from: stored })
+        return yield* attach(entry, session)
+      })
+
+    const checkpoint = (session: string, request: CheckpointRequest) =>
+      Effect.flatMap(get(session, request.computer_id), (actor) => checkpoints.take(session, actor, request))
 
     const get = (session: string, id: string) => byId(session, id, {}, false)
 
@@ -276,6 +299,8 @@ export const layer = Layer.scoped(
           if (entry.actor.temporary && !held) orphaned.push(entry)
         }
         yield* Effect.forEach(orphaned, close, { concurrency: "unbounded", discard: true })
+        // After its computers: a checkpoint image still used by a fork can only be untagged.
+        yield* checkpoints.release(session)
       })
 
     return Computers.of({
@@ -287,6 +312,9 @@ export const layer = Layer.scoped(
       delete: remove,
       list,
       release,
+      checkpoint,
+      checkpoints: checkpoints.list,
+      deleteCheckpoint: checkpoints.remove,
       pool: pool === undefined ? Effect.succeed(undefined) : pool.status
     })
   })

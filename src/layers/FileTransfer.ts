@@ -36,9 +36,11 @@ export const layer = Layer.effect(
     const backend = yield* Backend
     const audit = yield* Effect.serviceOption(AuditLog)
 
+    // Relative paths resolve as the shell would resolve them: from the processes' default working
+    // directory (--workdir), else the computer's home.
     const spec = (computer: ComputerHandle, argv: ReadonlyArray<string>) => ({
       argv,
-      cwd: computer.home,
+      cwd: settings.workdir ?? computer.home,
       env: processEnvironment({
         home: computer.home,
         shell: settings.shell,

@@ -144,6 +144,13 @@ const modalLayer = (settings: SettingsShape) => {
     }))
 }
 
+/** What the cluster lacks (Unsupported) stops the server as any startup failure does. */
+const kubernetesLayer = (settings: SettingsShape) =>
+  backendFrom("kubernetes", () => import("./backends/kubernetes/KubernetesBackend.js"), (KubernetesBackend) =>
+    KubernetesBackend.layer({ ...settings.kubernetes, network: settings.network }).pipe(
+      Layer.mapError((error) => (error._tag === "Unsupported" ? providerError("kubernetes", "start", "Invalid", error.message) : error))
+    ))
+
 const wasmLayer = (settings: SettingsShape, mode: "module" | "toolset") =>
   backendFrom("wasm", () => import("./backends/wasm/WasmBackend.js"), (WasmBackend) =>
     WasmBackend.layer({
@@ -183,6 +190,8 @@ export const backendLayer = (settings: SettingsShape) =>
         return e2bLayer(settings)
       case "modal":
         return modalLayer(settings)
+      case "kubernetes":
+        return kubernetesLayer(settings)
       case "wasm":
         return wasmLayer(settings, "module")
       case "toolset":

@@ -16,18 +16,26 @@ import { Backend } from "../services/Backend.js"
 import { Computers } from "../services/Computers.js"
 import type { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../services/ProcessInputs.js"
 import { Processes, type ProgressReporter } from "../services/Processes.js"
+import { noteSubject } from "../services/Progress.js"
 import { Settings } from "../services/Settings.js"
 import * as ComputerNews from "./processes/ComputerNews.js"
+import * as EgressRefusals from "./processes/EgressRefusals.js"
 import * as Exec from "./processes/Exec.js"
 import * as Launch from "./processes/Launch.js"
 import { listing } from "./processes/Listing.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
 import * as ProcessTable from "./processes/ProcessTable.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
-import { callBudget, matchOutput, quiet, settle, withProgress } from "./processes/Waiting.js"
+import { callBudget, matchOutput, patternNotSeen, quiet, settle, withProgress } from "./processes/Waiting.js"
 
 /** Why a process the kill tool signalled ended. */
 const killReason = (signal: string) => `killed with ${signal} (kill tool)`
+
+/** A result's `note`: what there is to say of the call, if anything. */
+const notesOf = (notes: ReadonlyArray<string | undefined>) => {
+  const said = notes.filter((note): note is string => note !== undefined)
+  return said.length === 0 ? {} : { note: said.join("; ") }
+}
 
 export const layer = Layer.scoped(
   Processes,
@@ -38,10 +46,12 @@ export const layer = Layer.scoped(
     const layerScope = yield* Effect.scope
     const table = yield* ProcessTable.make(settings.maxFinished)
     const news = ComputerNews.make()
+    const auditLog = yield* Effect.serviceOption(AuditLog)
+    const refused = EgressRefusals.make(auditLog)
     const start = Launch.make({
       settings,
       environment: backend.environment,
-      audit: ProcessAudit.make(yield* Effect.serviceOption(AuditLog)),
+      audit: ProcessAudit.make(auditLog),
       table
     })
     const get = table.get
@@ -55,6 +65,7 @@ export const layer = Layer.scoped(
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
         }
         const computer = yield* computers.resolve(session, input)
+        const began = yield* Clock.currentTimeMillis
         const process = yield* start(session, computer, {
           command: input.command,
           argv: [settings.shell, "-c", input.command],
@@ -64,9 +75,11 @@ export const layer = Layer.scoped(
         })
         let match: string | undefined
         let note: string | undefined
+        let budgetMs = 0
         if (!input.background) {
           const budget = callBudget(settings, input.timeoutMs ?? settings.spawnTimeoutMs, progress)
           note = budget.note
+          budgetMs = budget.ms
           const exited = Effect.asVoid(process.exited)
           // Without a pattern, nothing to race: a race forks two fibers, which costs more than `true` takes.
           const done = matcher === undefined
@@ -86,16 +99,19 @@ export const layer = Layer.scoped(
         }
         const info = yield* process.info
         const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: budgetOf(input.maxBytes) })
-        const notes = [
-          note === undefined || info.status !== "running" || match !== undefined ? undefined : note,
-          yield* computer.warning
-        ].filter((n): n is string => n !== undefined)
+        // Still running and no match: the wait ran out (what it was capped at, and a pattern not seen).
+        const unmatched = info.status === "running" && match === undefined
         return {
           ...stateOf(info),
           ...withoutRunning(output),
           ...(yield* news(session, input.computer_id, computer.id)),
           ...(match === undefined ? {} : { match }),
-          ...(notes.length === 0 ? {} : { note: notes.join("; ") })
+          ...EgressRefusals.field(yield* refused(computer.id, began)),
+          ...notesOf([
+            unmatched ? note : undefined,
+            unmatched && matcher !== undefined && !input.background ? patternNotSeen(process.id, budgetMs, input.tty === true) : undefined,
+            yield* computer.warning
+          ])
         }
       })
 
@@ -118,8 +134,15 @@ export const layer = Layer.scoped(
           temporary: computer.temporary,
           began
         }, progress, layerScope)
+        const refusals = yield* refused(computer.id, began)
+        const refusedLine = EgressRefusals.stderrLine(refusals)
         const warning = yield* computer.warning
-        return warning === undefined ? result : { ...result, note: result.note === undefined ? warning : `${result.note}; ${warning}` }
+        return {
+          ...result,
+          ...(refusedLine === undefined ? {} : { stderr: Exec.appendLine(result.stderr, refusedLine) }),
+          ...EgressRefusals.field(refusals),
+          ...(warning === undefined ? {} : { note: result.note === undefined ? warning : `${result.note}; ${warning}` })
+        }
       })
 
     const list = (session: string, filter: ListFilter = {}) =>
@@ -160,7 +183,8 @@ export const layer = Layer.scoped(
           budget: budgetOf(input.maxBytes),
           scrollback: input.scrollback
         })
-        return { ...stateOf(info), ...withoutRunning(output) }
+        // What it was refused since it started: a read is how an agent looks back at a process.
+        return { ...stateOf(info), ...withoutRunning(output), ...EgressRefusals.field(yield* refused(info.computer_id, Date.parse(info.createdAt))) }
       })
 
     const kill = (session: string, input: KillInput) =>
@@ -192,6 +216,7 @@ export const layer = Layer.scoped(
     const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
+        yield* noteSubject(process.computerId, process.id)
         const matcher = input.pattern
         const began = yield* Clock.currentTimeMillis
         const cursors = yield* process.totals
@@ -222,7 +247,11 @@ export const layer = Layer.scoped(
           ...(outcome.match !== undefined ? { match: outcome.match } : {}),
           waitedMs: now - began,
           ...withoutRunning(output),
-          ...(outcome.reason === "timeout" && budget.note !== undefined ? { note: budget.note } : {})
+          ...EgressRefusals.field(yield* refused(info.computer_id, began)),
+          ...notesOf([
+            outcome.reason === "timeout" ? budget.note : undefined,
+            outcome.reason === "timeout" && matcher ? patternNotSeen(process.id, now - began, info.tty) : undefined
+          ])
         }
       })
 

@@ -30,6 +30,8 @@ export interface Capabilities {
   readonly files: boolean
   /** Network off (loopback only) unless asked for. */
   readonly networkControl: boolean
+  /** Checkpoints of a computer's filesystem, and new computers made from them (`Backend.checkpoints`). */
+  readonly checkpoints: boolean
 }
 
 /** Every capability; a backend declares what it lacks: `capabilitiesWithout({ pty: false })`. */
@@ -43,6 +45,7 @@ export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]
   heldProcesses: true,
   files: true,
   networkControl: true,
+  checkpoints: true,
   ...missing
 })
 
@@ -269,6 +272,20 @@ export interface Renewal {
   readonly renew: (instance: Instance, until: number) => Effect.Effect<Instance, ProviderError>
 }
 
+/**
+ * A backend's checkpoints: a running computer's filesystem captured under the kernel's id, and new
+ * computers made from it. Running processes are not captured. `stored` is the provider's name of
+ * the copy (an image id, a directory name): what `restore` and `remove` take.
+ */
+export interface Checkpointing {
+  /** Captures the filesystem of a running computer; `note` says how consistent the copy is. */
+  readonly capture: (instance: Instance, id: string) => Effect.Effect<{ readonly stored: string; readonly note: string }, ProviderError>
+  /** Creates and starts a computer from a checkpoint, as `create` does (its base image stays the backend's). */
+  readonly restore: (stored: string, metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
+  /** Removes the copy (also when it is already gone); computers made from it are not affected. */
+  readonly remove: (stored: string) => Effect.Effect<void, ProviderError>
+}
+
 /** Which of our computers to find. */
 export interface Query {
   readonly id?: string | undefined
@@ -312,6 +329,8 @@ export class Backend extends Context.Tag("kilntainers/services/Backend")<Backend
   /** A permanent computer is released by its last holder (E2B pauses it; most do nothing). */
   readonly suspend?: ((instance: Instance) => Effect.Effect<void, ProviderError>) | undefined
   readonly renewal?: Renewal | undefined
+  /** Checkpoints and forks; present exactly when `capabilities.checkpoints` is. */
+  readonly checkpoints?: Checkpointing | undefined
   /**
    * Variables every process of this backend's computers gets, after the defaults and before
    * `--env` and the call's own (host and Docker with an egress allowlist: the proxy and the CA

@@ -3,6 +3,8 @@ import * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
 import type {
   AccessDenied,
+  CheckpointNotFound,
+  QuotaExceeded,
   ComputerNotFound,
   ComputerUnavailable,
   InvalidInput,
@@ -41,10 +43,32 @@ export const PoolStatus = Schema.Struct({
 })
 export type PoolStatus = typeof PoolStatus.Type
 
+/** A checkpoint: a computer's filesystem at one moment, from which new computers are made. */
+export const CheckpointInfo = Schema.Struct({
+  checkpoint_id: Schema.String,
+  name: Schema.optional(Schema.String),
+  computer_id: Schema.String.annotations({ description: "The computer it was taken of" }),
+  backend: Schema.String,
+  created_at: Schema.String,
+  shared: Schema.Boolean.annotations({ description: "Other MCP sessions may fork it too" }),
+  note: Schema.String.annotations({ description: "What was captured, and what was not" })
+})
+export type CheckpointInfo = typeof CheckpointInfo.Type
+
+/** What computer_checkpoint asks for. */
+export interface CheckpointRequest {
+  readonly computer_id: string
+  readonly name?: string | undefined
+  /** Other sessions may fork it (private to its session otherwise, like a temporary computer). */
+  readonly shared?: boolean | undefined
+}
+
 /** Which computer a call targets: the session's default when no id is given. */
 export interface ComputerRequest {
   readonly computer_id?: string | undefined
   readonly temporary?: boolean | undefined
+  /** A new computer is made from this checkpoint (computer_create only). */
+  readonly from_checkpoint?: string | undefined
   /** A temporary computer other sessions may use too (permanent computers always may). */
   readonly shared?: boolean | undefined
 }
@@ -75,6 +99,8 @@ export interface RunResult {
 
 export type ComputerError = InvalidInput | AccessDenied | ComputerNotFound | ComputerUnavailable | ProviderError | Unsupported
 
+export type CheckpointError = ComputerError | CheckpointNotFound | QuotaExceeded
+
 /** A computer as the other services use it (implemented by the kernel's ComputerActor). */
 export interface ComputerHandle {
   readonly id: string
@@ -104,8 +130,8 @@ export interface ComputerHandle {
 export class Computers extends Context.Tag("kilntainers/services/Computers")<Computers, {
   /** The computer a session's call targets, created (or re-attached) on first use. */
   readonly resolve: (session: string, request: ComputerRequest) => Effect.Effect<ComputerHandle, ComputerError>
-  /** computer_create: create or attach by id; without an id, always a new computer. */
-  readonly create: (session: string, request: ComputerRequest) => Effect.Effect<ComputerHandle, ComputerError>
+  /** computer_create: create or attach by id; without an id, always a new computer (`from_checkpoint`: a fork). */
+  readonly create: (session: string, request: ComputerRequest) => Effect.Effect<ComputerHandle, CheckpointError>
   /** An existing computer (attached, or known to the provider and attached now). */
   readonly get: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
   readonly restart: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
@@ -118,6 +144,12 @@ export class Computers extends Context.Tag("kilntainers/services/Computers")<Com
   readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, ProviderError>
   /** The warm pool, when there is one. */
   readonly pool: Effect.Effect<PoolStatus | undefined>
-  /** A session ended: its temporary computers that nobody else holds are removed. */
+  /** Captures a computer's filesystem as a new checkpoint of this session (counted against --max-checkpoints). */
+  readonly checkpoint: (session: string, request: CheckpointRequest) => Effect.Effect<CheckpointInfo, CheckpointError>
+  /** The checkpoints a session may fork: its own and shared ones. */
+  readonly checkpoints: (session: string) => Effect.Effect<ReadonlyArray<CheckpointInfo>>
+  /** Deletes a checkpoint of this session (computers made from it stay). */
+  readonly deleteCheckpoint: (session: string, id: string) => Effect.Effect<void, CheckpointError>
+  /** A session ended: its temporary computers that nobody else holds, and its checkpoints, are removed. */
   readonly release: (session: string) => Effect.Effect<void>
 }>() {}

@@ -88,7 +88,20 @@ export interface ProcessState {
   readonly reason?: string | undefined
 }
 
-export interface SpawnResult extends ProcessState, OutputFields {
+/** An egress request of the process's computer that the allowlist refused during the call. */
+export interface EgressRefusal {
+  readonly host: string
+  readonly port: number
+  /** Why, and what would allow it (`--allow-host …`). */
+  readonly reason: string
+}
+
+/** The refusals a call met, when there were any (the proxy knows computers, not processes). */
+export interface Refusals {
+  readonly egress_refused?: ReadonlyArray<EgressRefusal> | undefined
+}
+
+export interface SpawnResult extends ProcessState, OutputFields, Refusals {
   /** The computer, when the call did not name it and this session has not been told yet (its default). */
   readonly computer_id?: string | undefined
   /** What the ready pattern matched. */
@@ -98,7 +111,7 @@ export interface SpawnResult extends ProcessState, OutputFields {
 }
 
 /** Kilntainers' sandbox_exec result, plus what only matters when it applies. */
-export interface ExecResult {
+export interface ExecResult extends Refusals {
   readonly stdout: string
   readonly stderr: string
   /** null while it still runs (the call returned before its timeout: see `pid`). */
@@ -119,7 +132,7 @@ export interface ExecResult {
   readonly note?: string | undefined
 }
 
-export interface WaitResult extends ProcessState, OutputFields {
+export interface WaitResult extends ProcessState, OutputFields, Refusals {
   /** Why the wait ended. */
   readonly outcome: "exited" | "matched" | "quiet" | "timeout"
   readonly match?: string | undefined
@@ -140,7 +153,7 @@ export interface StdinResult extends ProcessState, OutputFields {
   readonly eof?: true | undefined
 }
 
-export interface ReadResult extends ProcessState, OutputFields {}
+export interface ReadResult extends ProcessState, OutputFields, Refusals {}
 
 export interface ListResult {
   readonly processes: ReadonlyArray<ProcessInfo>

@@ -12,3 +12,15 @@ export const CurrentProgress: FiberRef.FiberRef<ProgressReporter | undefined> = 
 export const report = (message: string, progress = 0, total?: number): Effect.Effect<void> =>
   Effect.flatMap(FiberRef.get(CurrentProgress), (reporter) =>
     reporter === undefined ? Effect.void : reporter(total === undefined ? { progress, message } : { progress, total, message }))
+
+/**
+ * Told which process the MCP call being served concerns, once it is known: the one a spawn or
+ * sandbox_exec started, the one a wait waits on. A call that may become a task (the Tasks
+ * extension) names its process in the task from this.
+ */
+export const CurrentCallSubject: FiberRef.FiberRef<((computerId: string, processId: string) => void) | undefined> = FiberRef
+  .unsafeMake<((computerId: string, processId: string) => void) | undefined>(undefined)
+
+/** Tells the current call's subject, when someone listens. */
+export const noteSubject = (computerId: string, processId: string): Effect.Effect<void> =>
+  Effect.map(FiberRef.get(CurrentCallSubject), (note) => note?.(computerId, processId))

@@ -41,6 +41,24 @@ export interface E2BSettings {
   readonly home: string | undefined
 }
 
+/** Kubernetes backend settings (--k8s-*): agent-sandbox Sandboxes through SandboxClaims. */
+export interface KubernetesSettings {
+  /** --k8s-kubeconfig / KUBECONFIG; undefined: ~/.kube/config or the pod's service account. */
+  readonly kubeconfig: string | undefined
+  readonly context: string | undefined
+  /** --k8s-namespace; undefined: the context's. */
+  readonly namespace: string | undefined
+  /** --k8s-template: an existing SandboxTemplate; undefined: kilntainers makes its own. */
+  readonly template: string | undefined
+  readonly image: string
+  readonly runtimeClass: string | undefined
+  readonly cpu: string | undefined
+  readonly memory: string | undefined
+  readonly nodeSelector: Readonly<Record<string, string>>
+  /** --k8s-warm-pool: replicas of a SandboxWarmPool of the template (0: none). */
+  readonly warmPool: number
+}
+
 /** Modal backend settings (--modal-*, --gpu, --region, --sandbox-timeout). */
 export interface ModalSettings {
   /** --modal-token-id (needed unless a gateway or client is given). */
@@ -112,7 +130,7 @@ export interface AuditLogSettings {
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
   /** Where computers run; `auto` = docker when an engine answers, else host. */
-  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal" | "wasm" | "toolset"
+  readonly backend: "auto" | "host" | "docker" | "fly" | "e2b" | "modal" | "kubernetes" | "wasm" | "toolset"
   readonly transport: "stdio" | "http"
   /** sandbox_exec default timeout, seconds. */
   readonly timeout: number
@@ -144,6 +162,8 @@ export interface SettingsShape {
   readonly psFinished: number
   /** Computers prepared ahead and handed out to new temporary computers (0: none). */
   readonly warmPool: number
+  /** Checkpoints one session may hold at once (0: checkpoints off). */
+  readonly maxCheckpoints: number
   /** How many finished processes stay listable. */
   readonly maxFinished: number
   /**
@@ -176,6 +196,7 @@ export interface SettingsShape {
   readonly fly: FlySettings
   readonly e2b: E2BSettings
   readonly modal: ModalSettings
+  readonly kubernetes: KubernetesSettings
   /**
    * WASM backends: the user's module (--backend wasm), memory cap and wall clock per process, and
    * the size of one computer's filesystem (contents plus 1 KiB per file or directory).
@@ -214,6 +235,7 @@ export const defaultSettings: SettingsShape = {
   stdinYieldMs: 300,
   psFinished: 5,
   warmPool: 0,
+  maxCheckpoints: 10,
   maxFinished: 100,
   headBytes: 64 * 1024,
   tailBytes: 1024 * 1024,
@@ -225,7 +247,8 @@ export const defaultSettings: SettingsShape = {
   env: {},
   engine: "docker",
   dockerHost: undefined,
-  image: "debian:bookworm-slim",
+  // The computer image (images/computer), built on first use when the engine lacks it.
+  image: "kilntainers-computer:bookworm",
   cpu: undefined,
   memory: undefined,
   pidsLimit: 512,
@@ -264,6 +287,18 @@ export const defaultSettings: SettingsShape = {
     gpu: undefined,
     region: undefined,
     sandboxTimeoutSec: 3600
+  },
+  kubernetes: {
+    kubeconfig: undefined,
+    context: undefined,
+    namespace: undefined,
+    template: undefined,
+    image: "debian:bookworm-slim",
+    runtimeClass: undefined,
+    cpu: undefined,
+    memory: undefined,
+    nodeSelector: {},
+    warmPool: 0
   },
   wasmPath: undefined,
   wasmMaxMemoryMb: 256,

@@ -37,7 +37,7 @@ describeIf(built && python, "python3 and a built CLI (npm run build)")("the kiln
     ].join("\n")
     const run = py(["-c", script])
     assert.strictEqual(run.status, 0, run.stderr)
-    assert.strictEqual(run.stdout, "host ['readonly', 'pids-limit=256'] 300 debian:bookworm-slim False\nTrue\n")
+    assert.strictEqual(run.stdout, "host ['readonly', 'pids-limit=256'] 300 kilntainers-computer:bookworm False\nTrue\n")
     const bad = py(["-c", "from kilntainers.cli import build_parser\nbuild_parser().parse_args(['--port', 'x'])"])
     assert.strictEqual(bad.status, 2)
     assert.include(bad.stderr, "kilntainers: error: argument --port: invalid int value: 'x'")

@@ -94,22 +94,25 @@ describe("the egress flags", () => {
 
   it.effect("accept on E2B and Modal what their own egress rules carry, and refuse the rest with the reason", () =>
     Effect.gen(function*() {
-      const e2b = { E2B_API_KEY: "k", GH_AUTH: "Bearer ghp_x" }
+      const e2b = { E2B_API_KEY: "k", GH_AUTH: "Bearer ghp_x", MODAL_TOKEN_ID: "ak-x", MODAL_TOKEN_SECRET: "as-x" }
       const allowed = yield* accepted(
         ["--backend", "e2b", "--allow-host", "pypi.org,*.github.com", "--egress-header", "api.github.com:Authorization=GH_AUTH"],
         e2b
       )
       assert.deepStrictEqual(allowed.settings.egress.allowHosts, ["pypi.org", "*.github.com"])
       assert.isFalse(allowed.warnings.some((warning) => /--(allow-host|egress-header) does not apply/.test(warning)), allowed.warnings.join("; "))
-      yield* accepted(["--backend", "modal", "--allow-host", "pypi.org,10.0.0.5"])
+      yield* accepted(["--backend", "modal", "--allow-host", "pypi.org,10.0.0.5"], e2b)
       assert.include(yield* refused(["--backend", "e2b", "--allow-host", "pypi.org:8443"], e2b), "E2B's egress rules cannot restrict a port")
-      assert.include(yield* refused(["--backend", "modal", "--allow-host", "pypi.org", "--egress-resolve", "pypi.org=10.0.0.1"]), "--egress-resolve cannot be carried by Modal")
+      assert.include(
+        yield* refused(["--backend", "modal", "--allow-host", "pypi.org", "--egress-resolve", "pypi.org=10.0.0.1"], e2b),
+        "--egress-resolve cannot be carried by Modal"
+      )
       assert.include(
         yield* refused(["--backend", "modal", "--allow-host", "api.github.com", "--egress-header", "api.github.com:Authorization=GH_AUTH"], e2b),
         "--egress-header cannot be carried by Modal"
       )
       assert.include(yield* refused(["--backend", "e2b", "--allow-host", "pypi.org", "--network"], e2b), "use one or the other")
-      const star = yield* accepted(["--backend", "modal", "--allow-host", "*"])
+      const star = yield* accepted(["--backend", "modal", "--allow-host", "*"], e2b)
       assert.isTrue(star.warnings.some((warning) => warning.includes("--allow-host '*' has no effect on --backend modal")))
     }))
 

@@ -41,7 +41,9 @@ describeIf(built, "a built CLI (npm run build)")("kilntainers --help", () => {
   })
 
   it("shows the defaults Kilntainers' tests look for", () => {
-    assert.include(help, "(default: debian:bookworm-slim)")
+    // Kilntainers' test_cli_integration.py looks for its default image, now the computer image's base.
+    assert.include(help.replace(/\s+/g, " "), "the default is built once from debian:bookworm-slim")
+    assert.include(help, "(default: kilntainers-computer:bookworm)")
     assert.include(help, "(default: /bin/bash)")
     assert.include(help, "(default: 120)")
     assert.include(help, "--network, --no-network")

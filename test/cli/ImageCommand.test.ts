@@ -22,7 +22,7 @@ describe("the computer image's recipe", () => {
     const dockerfile = readFileSync(join(root, "images", "computer", "Dockerfile"), "utf8")
     assert.include(dockerfile, `ARG BASE=${DEFAULT_BASE}`)
     assert.include(dockerfile, "FROM ${BASE}")
-    for (const tool of ["git", "curl", "ca-certificates", "python3", "python3-pip", "build-essential", "vim", "less", "procps", "jq", "unzip"]) {
+    for (const tool of ["git", "curl", "ca-certificates", "python3", "python3-pip", "nodejs", "npm", "build-essential", "vim", "less", "procps", "jq", "unzip"]) {
       assert.match(dockerfile, new RegExp(`\\s${tool.replace(/[-]/g, "\\-")}(\\s|;|\\\\)`), tool)
     }
     assert.include(dockerfile, "useradd --uid 1000 --gid 1000 --create-home --home-dir /home/agent --shell /bin/bash agent")

@@ -139,7 +139,13 @@ describe("the filesystem flags", () => {
       assert.match(yield* refused(["--backend", "docker", "--mount", "/var/run/docker.sock:/s"]), /engine's socket/)
       assert.match(yield* refused(["--backend", "docker", "--mount", `${project}:/.kilntainers/x`]), /the agent/)
       for (const backend of ["e2b", "fly", "modal", "toolset"]) {
-        const extra = backend === "fly" ? ["--fly-app", "a", "--fly-token", "t"] : backend === "e2b" ? ["--e2b-api-key", "k"] : []
+        const extra = backend === "fly"
+          ? ["--fly-app", "a", "--fly-token", "t"]
+          : backend === "e2b"
+          ? ["--e2b-api-key", "k"]
+          : backend === "modal"
+          ? ["--modal-token-id", "ak-x", "--modal-token-secret", "as-x"]
+          : []
         assert.match(yield* refused(["--backend", backend, ...extra, "--mount", `${project}:/p`]), /cannot apply to --backend/)
       }
     }))

@@ -43,6 +43,27 @@ describeIf(built, "a built CLI (npm run build)")("startup checks", () => {
     assert.include(await refusal(["--transport", "http", "--host", "0.0.0.0"]), "a non-loopback --host (0.0.0.0)")
   })
 
+  it("refuses principals whose token is missing, unusable, shared or whose name is taken", async () => {
+    const http = ["--transport", "http", "--backend", "toolset", "--port", "0"]
+    const env = { KILNTAINERS_AUTH_TOKEN: "alice-t0ken", BOB: "b0b-token", CAROL: "b0b-token", BLANK: " " }
+    assert.include(
+      await refusal([...http, "--auth-principal", "bob=NOPE"], env),
+      "--auth-principal bob=NOPE: the server's environment has no NOPE"
+    )
+    assert.include(await refusal([...http, "--auth-principal", "bob=BLANK"], env), "--auth-principal bob=BLANK: BLANK is empty or blank")
+    assert.include(
+      await refusal([...http, "--auth-principal", "bob=BOB", "--auth-principal", "carol=CAROL"], env),
+      "--auth-principal carol=CAROL: CAROL is another principal's token too"
+    )
+    assert.include(await refusal([...http, "--auth-principal", "default=BOB"], env), "and not default or anonymous")
+    assert.include(await refusal([...http, "--auth-principal", "b b=BOB"], env), "a principal is named with letters")
+    assert.include(
+      await refusal([...http, "--max-body-memory", "128", "--max-body-memory-per-principal", "200"], env),
+      "--max-body-memory-per-principal (200 MiB) is more than --max-body-memory (128 MiB)"
+    )
+    assert.include(await refusal([...http, "--max-body-memory", "64"], env), "--max-body-memory must be at least 96 MiB (got 64)")
+  })
+
   it("refuses both tool description flags with Kilntainers' words", async () => {
     assert.include(
       await refusal(["--tool-instruction-override", "custom", "--extended-tool-instruction", "extra"]),
@@ -83,6 +104,8 @@ describeIf(built, "a built CLI (npm run build)")("startup checks", () => {
     assert.include(await refusal(["--backend", "fly"]), "--backend fly needs --fly-app (or FLY_APP_NAME)")
     assert.include(await refusal(["--backend", "fly", "--fly-app", "a"]), "--backend fly needs a token")
     assert.include(await refusal(["--backend", "e2b"]), "--backend e2b needs an API key")
+    // Modal as Fly and E2B: at startup, not at the first tool call (issue 23).
+    assert.include(await refusal(["--backend", "modal", "--modal-token-id", "ak-x"]), "--backend modal needs a token: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET")
     assert.include(await refusal(["--backend", "toolset", "--wasm-fuel", "100", "--state-dir", tempDir()]), "--wasm-fuel is not supported")
     assert.include(await refusal(["--backend", "docker", "--docker-run-flag=--privileged"]), "--docker-run-flag --privileged is not allowed")
   })

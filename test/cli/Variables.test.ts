@@ -10,7 +10,7 @@ import { built, errorLine, printConfig, runCli } from "./CliRunner.js"
 const sample = (flag: Flag.AnyFlag): { readonly raw: string; readonly shown: unknown } => {
   const candidates: Record<Flag.Kind, ReadonlyArray<string>> = {
     boolean: ["true"],
-    integer: [String((flag.initial ?? 0) + 1)],
+    integer: [String((flag.initial ?? 0) + 1), "128"],
     number: ["2.5"],
     choice: (flag.choices ?? []).filter((choice) => choice !== flag.initial),
     list: ["first one\nsecond", "example.com\n*.example.org", "name.test=10.0.0.1", "api.test:X-Key=KEY_VAR", "/sample/a:/b"],
@@ -81,7 +81,7 @@ describeIf(built, "a built CLI (npm run build)")("every flag has its KILNTAINERS
   it("takes an empty variable as not set, except a secret, which is refused", async () => {
     const config = await printConfig([], { KILNTAINERS_TIMEOUT: "", KILNTAINERS_IMAGE: "  " })
     assert.deepStrictEqual(config.flags.timeout, { value: 120, from: "default" })
-    assert.deepStrictEqual(config.flags.image, { value: "debian:bookworm-slim", from: "default" })
+    assert.deepStrictEqual(config.flags.image, { value: "kilntainers-computer:bookworm", from: "default" })
     const blank = await runCli(["--print-config", "--backend", "host"], { env: { KILNTAINERS_AUTH_TOKEN: " \t" } })
     assert.strictEqual(blank.code, 1)
     assert.include(errorLine(blank), "KILNTAINERS_AUTH_TOKEN: must not be empty")

@@ -25,9 +25,9 @@ const exercise = async (args: ReadonlyArray<string>, env: Record<string, string>
     assert.isFalse(wrote.isError, wrote.text)
     const read = await server.call("file_read", { path: "cloud.txt" })
     assert.strictEqual(read.structured.content, "persisted")
-    const bg = await server.call("spawn", { command: "sleep 0.3; echo later", timeoutMs: 50 })
+    const bg = await server.call("spawn", { command: "sleep 3; echo later", timeoutMs: 50 })
     assert.isFalse(bg.isError, bg.text)
-    assert.strictEqual(bg.structured.status, "running")
+    assert.strictEqual(bg.structured.status, "running", bg.text)
     const waited = await server.call("wait", { id: bg.structured.pid, timeoutMs: 20_000 })
     assert.isFalse(waited.isError, waited.text)
     assert.strictEqual(waited.structured.outcome, "exited")
@@ -106,5 +106,23 @@ describeIf(ModalFake.fakeWorks && existsSync(binPath), "bubblewrap and nsenter (
     assert.notInclude(log, modal!.tokenSecret)
     assert.isAbove(modal!.callsOf("TaskExecStart").length, 0)
     assert.isAbove(modal!.callsOf("AuthTokenGet").length, 0, "the SDK authenticated with the tokens from the environment")
+  }, 120_000)
+
+  it("--allow-host reaches Modal as the sandbox's domain and CIDR allowlist, asked of its V1 backend", async () => {
+    const before = modal!.callsOf("SandboxCreate").length
+    await exercise(["--backend", "modal", "--modal-app-name", "kt-e2e-egress", "--allow-host", "pypi.org", "--allow-host", "*.github.com", "--allow-host", "10.1.2.3"], {
+      MODAL_TOKEN_ID: modal!.tokenId,
+      MODAL_TOKEN_SECRET: modal!.tokenSecret,
+      MODAL_SERVER_URL: modal!.url
+    })
+    const created = modal!.callsOf("SandboxCreate").slice(before)
+    assert.strictEqual(created.length, 1)
+    assert.deepStrictEqual(created[0]!["definition"]["networkAccess"], {
+      networkAccessType: 3,
+      allowedCidrs: ["10.1.2.3/32"],
+      allowedDomains: ["pypi.org", "*.github.com"]
+    })
+    const sandbox = [...modal!.sandboxes.values()].find((s) => s.definition["name"] === created[0]!["definition"]["name"])
+    assert.isTrue(sandbox?.network.applied, "the fake applied the policy (a V1 sandbox)")
   }, 120_000)
 })

@@ -1,9 +1,13 @@
 import { afterAll, assert, beforeAll, it } from "vitest"
-import { existsSync } from "node:fs"
+import { spawn } from "node:child_process"
+import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { binPath, type Harness, processesWith, startServer, waitFor } from "../support/McpHarness.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const toolNames = [
+  "computer_checkpoint",
   "computer_create",
   "computer_dashboard",
   "computer_delete",
@@ -37,14 +41,17 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
     for (const tool of tools) {
       assert.strictEqual(tool.inputSchema.type, "object", tool.name)
       assert.strictEqual(tool.outputSchema?.type, "object", tool.name)
-      assert.isBoolean(tool.annotations?.readOnlyHint, tool.name)
-      assert.isBoolean(tool.annotations?.destructiveHint, tool.name)
+      // Hints at MCP's defaults are left out (tools/list is in every conversation); none reaches an open world.
+      assert.isFalse(tool.annotations?.openWorldHint, tool.name)
       assert.isString(tool.description)
     }
-    const ps = tools.find((t) => t.name === "ps")!
-    assert.isTrue(ps.annotations?.readOnlyHint)
-    const kill = tools.find((t) => t.name === "kill")!
-    assert.isTrue(kill.annotations?.destructiveHint)
+    const hints = (name: string) => {
+      const annotations = tools.find((t) => t.name === name)!.annotations
+      return { readOnly: annotations?.readOnlyHint ?? false, destructive: annotations?.destructiveHint ?? true }
+    }
+    assert.isTrue(hints("ps").readOnly)
+    assert.deepStrictEqual(hints("kill"), { readOnly: false, destructive: true })
+    assert.deepStrictEqual(hints("spawn"), { readOnly: false, destructive: false })
   })
 
   it("sandbox_exec runs a command and reports stdout, stderr and exit code", async () => {
@@ -199,6 +206,31 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm r
     }, 15_000), "the server exits after stdin closes")
     assert.isTrue(await waitFor(async () => (await processesWith(marker)).length === 0, 5_000))
   })
+
+  it("shuts down cleanly, ending its processes, when the client closes its end of stdout", async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), "kt-epipe-"))
+    const child = spawn(process.execPath, [binPath, "--backend", "host", "--state-dir", stateDir], { stdio: ["pipe", "pipe", "pipe"] })
+    let stderr = ""
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()))
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+    const marker = `kt-e2e-epipe-${process.pid}`
+    const send = (message: unknown) => child.stdin.write(`${JSON.stringify(message)}\n`)
+    send({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "epipe", version: "1" } } })
+    send({ jsonrpc: "2.0", method: "notifications/initialized" })
+    send({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "spawn", arguments: { command: `sleep 309; : ${marker}`, background: true } } })
+    let answered = ""
+    await new Promise<void>((resolve) => child.stdout.on("data", (chunk: Buffer) => (answered += chunk.toString()).includes(`"id":2`) && resolve()))
+    assert.isAtLeast((await processesWith(marker)).length, 1)
+    // The client stops reading: every later write by the server meets a closed pipe (EPIPE).
+    child.stdout.destroy()
+    for (let id = 3; id < 8; id++) send({ jsonrpc: "2.0", id, method: "tools/list" })
+    const code = await Promise.race([exited, new Promise<"running">((resolve) => setTimeout(() => resolve("running"), 20_000))])
+    if (code === "running") child.kill("SIGKILL")
+    rmSync(stateDir, { recursive: true, force: true })
+    assert.strictEqual(code, 0, stderr)
+    assert.notMatch(stderr, /Unhandled 'error' event|EPIPE/)
+    assert.isTrue(await waitFor(async () => (await processesWith(marker)).length === 0, 5_000))
+  }, 40_000)
 
   it("ends every process on SIGTERM", async () => {
     const server = await startServer(["--backend", "host"])

@@ -90,7 +90,7 @@ describeIf(requirementsMet, requirements)("host sandbox: pid 1 holds nothing tha
         // The computer is opened again on its next use.
         const again = await server.call("sandbox_exec", { command: "echo again", computer_id: id })
         assert.strictEqual(again.structured?.stdout, "again\n", again.text)
-        const list = await server.call("computer_list", {})
+        const list = await server.call("computer_list", { audit: true })
         const audit = (list.structured.audit ?? []) as Array<{ summary: string }>
         const lost = audit.filter((entry) => entry.summary.startsWith("computer lost"))
         assert.isAbove(lost.length, 0, JSON.stringify(audit))

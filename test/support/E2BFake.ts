@@ -6,7 +6,8 @@
  * (`/process.Process/…`, `/health`, `/files`) by that header, everything else is the REST API.
  *
  * Control plane (header `X-API-Key`, 401 without the right key, 404 for unknown sandboxes):
- *   POST   /sandboxes, /v2/sandboxes              create {templateID, metadata, envVars, timeout, autoPause}
+ *   POST   /sandboxes, /v2/sandboxes              create {templateID, metadata, envVars, timeout, autoPause,
+ *                                                  autoPauseMemory, network}
  *   GET    /sandboxes, /v2/sandboxes              list (?metadata=k%3Dv%26…, ?state=running,paused, limit,
  *                                                  nextToken; the next page token in `x-next-token`)
  *   GET    /sandboxes/{id}                        detail
@@ -26,16 +27,23 @@
  *   - a pause takes `pauseDelayMs`, a resume `resumeDelayMs`: meanwhile the sandbox is changing
  *     state, and a pause or a timeout answers 409, while a connect waits for the change; a pause
  *     of a paused sandbox is 409 too; a paused sandbox's timeout is 404 (it is not running);
- *   - the envd version of each template (`templates`), with the rules of old envd (E2BFakeEnvd.ts).
+ *   - the envd version of each template (`templates`; default 0.5.20, a current template), with the
+ *     rules of old envd (E2BFakeEnvd.ts);
+ *   - `network` checked as infra checks it (E2BFakeNetwork.ts): header rules need the team's
+ *     feature flag (`teamFeatures`, off by default, as on E2B), envd ≥ 0.5.13, ≤ 10 exact domains;
+ *   - a pause keeps memory unless asked not to (`memory: false`; at the end of the lifetime
+ *     `autoPauseMemory: false`), as infra's default full snapshot does: the sandbox's processes are
+ *     kept and come back on resume. `autoPauseMemory: false` without `autoPause` is a 400.
  *
  * Processes really run. Each sandbox is a computer of the host provider (HostBackend.ts, one
  * bubblewrap sandbox per E2B sandbox, used through the provider contract: create, connect,
  * remove): its workspace is /home/agent, /usr read-only from the host, its own pid namespace,
- * private /tmp, no network; TTY processes get a terminal from the host backend's agent. Pause
- * closes the sandbox's connection, which ends its processes, and keeps its files (the fake cannot
- * snapshot memory: a resume is always a cold boot, and /tmp, a tmpfs, starts empty); kill removes
- * the workspace. Killing or pausing a sandbox drops its open envd connections first, as a
- * vanished VM would.
+ * private /tmp, no network; TTY processes get a terminal from the host backend's agent. A pause
+ * without memory closes the sandbox's connection, which ends its processes, and keeps its files (a
+ * cold boot on resume; /tmp, a tmpfs, starts empty); a pause with memory keeps the connection and
+ * its processes (they run on where the real VM is frozen: nothing reaches them while it is paused)
+ * and a resume gives them back; kill removes the workspace. Killing or pausing a sandbox drops its
+ * open envd connections first, as a vanished VM would.
  *
  * Faults: `inject({ method, path, status, delayMs, times })` answers matching requests with an
  * error status, or delays them (a request whose client gave up during the delay is dropped
@@ -51,13 +59,16 @@ import { join } from "node:path"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import { Backend } from "../../src/services/Backend.js"
 import { apiError, ENVD_PREFIXES, type FakeSandbox, makeEnvd, readBody, sendJson } from "./E2BFakeEnvd.js"
+import { networkRefusal, type TeamFeatures } from "./E2BFakeNetwork.js"
 
 export { envelope, FAKE_HOME, parseEnvelopes } from "./E2BFakeEnvd.js"
 
 export interface E2BFakeOptions {
   readonly apiKey?: string
-  /** envd version of templates not named in `templates`; default 0.5.8. */
+  /** envd version of templates not named in `templates`; default 0.5.20 (a template built today). */
   readonly envdVersion?: string
+  /** The team's feature flags; all off by default, as for a team E2B has not enabled them for. */
+  readonly teamFeatures?: Partial<TeamFeatures>
   /** Per template: its envd version (old templates). */
   readonly templates?: Readonly<Record<string, { readonly envdVersion: string }>>
   /** Lifetime of a sandbox created without a timeout, in seconds. */
@@ -96,6 +107,8 @@ export interface FakeSandboxInfo {
   readonly startedAt: string
   readonly endAt: string
   readonly autoPause: boolean
+  readonly autoPauseMemory: boolean
+  readonly network: unknown
   readonly envdVersion: string
 }
 
@@ -115,14 +128,16 @@ export interface E2BFake {
   /** The fake's base URL: give it to the SDK as both `apiUrl` and `sandboxUrl`. */
   readonly url: string
   readonly apiKey: string
+  /** The team's feature flags (a test turns one on as E2B would for a team). */
+  readonly team: TeamFeatures
   readonly sandboxes: () => ReadonlyArray<FakeSandboxInfo>
   readonly inject: (fault: Fault) => void
   readonly clearFaults: () => void
   readonly requests: Array<RecordedRequest>
   /** Kills a sandbox as if from outside (E2B dashboard, another client). */
   readonly kill: (sandboxId: string) => Promise<boolean>
-  /** Pauses a sandbox as if from outside; resolves when it is paused. */
-  readonly pause: (sandboxId: string) => Promise<boolean>
+  /** Pauses a sandbox as if from outside (without memory unless asked); resolves when it is paused. */
+  readonly pause: (sandboxId: string, options?: { readonly memory?: boolean }) => Promise<boolean>
   /** Running processes of a sandbox (envd pids). */
   readonly processes: (sandboxId: string) => ReadonlyArray<number>
   /**
@@ -155,12 +170,13 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   const faults: Array<{ fault: Fault; left: number }> = []
   const requests: Array<RecordedRequest> = []
   const handleEnvd = makeEnvd(runtime, sandboxes)
+  const team: TeamFeatures = { networkTransformRules: options.teamFeatures?.networkTransformRules ?? false }
   let manualNow = 0
   let inFlight = 0
   const now = () => (options.manualClock ? manualNow : Date.now())
 
   const newId = () => `i${randomBytes(10).toString("hex")}`
-  const envdOf = (template: string) => options.templates?.[template]?.envdVersion ?? options.envdVersion ?? "0.5.8"
+  const envdOf = (template: string) => options.templates?.[template]?.envdVersion ?? options.envdVersion ?? "0.5.20"
 
   // ---- lifecycle --------------------------------------------------------------------------------
 
@@ -170,11 +186,11 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
     return next
   }
 
+  /** envd's connections drop (the VM is frozen or gone); its processes are another matter. */
   const dropStreams = (sandbox: FakeSandbox) => {
     for (const res of sandbox.streams) res.destroy()
     sandbox.streams.clear()
     for (const process of sandbox.processes.values()) process.listeners.clear()
-    sandbox.processes.clear()
   }
 
   /** The sandbox's "VM": a host computer (made at the first boot), connected until pause or kill. */
@@ -205,6 +221,8 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   /** The connection closes (its processes end); `erase` removes the computer and its files too. */
   const shutDown = async (sandbox: FakeSandbox, erase: boolean) => {
     dropStreams(sandbox)
+    sandbox.processes.clear()
+    sandbox.frozen = false
     const { instance, scope } = sandbox
     sandbox.connection = undefined
     sandbox.scope = undefined
@@ -221,8 +239,8 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
     sandbox.timer.unref()
   }
 
-  /** The end of a sandbox's lifetime: it is killed, or paused when created with autoPause. */
-  const end = (sandbox: FakeSandbox) => (sandbox.autoPause ? pause(sandbox) : killSandbox(sandbox))
+  /** The end of a sandbox's lifetime: it is killed, or paused when created with autoPause (memory as asked then). */
+  const end = (sandbox: FakeSandbox) => (sandbox.autoPause ? pause(sandbox, sandbox.autoPauseMemory) : killSandbox(sandbox))
 
   /** KeepAliveFor: a lifetime never past the start of the period plus the maximum runtime. */
   const keepAlive = (sandbox: FakeSandbox, timeoutSec: number, allowShorter: boolean): string | undefined => {
@@ -245,15 +263,19 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       await shutDown(sandbox, true)
     })
 
-  /** Pausing starts at once (409 for others meanwhile) and ends after `pauseDelayMs`. */
-  const pause = (sandbox: FakeSandbox): Promise<boolean> => {
+  /**
+   * Pausing starts at once (409 for others meanwhile) and ends after `pauseDelayMs`. With memory the
+   * VM is kept (its processes come back on resume); without, it shuts down and keeps its files.
+   */
+  const pause = (sandbox: FakeSandbox, memory: boolean): Promise<boolean> => {
     if (sandbox.state !== "running") return Promise.resolve(false)
     sandbox.state = "pausing"
     if (sandbox.timer) clearTimeout(sandbox.timer)
     dropStreams(sandbox)
     sandbox.transition = serially(sandbox, async () => {
       await delay(options.pauseDelayMs ?? 0)
-      await shutDown(sandbox, false)
+      if (memory) sandbox.frozen = true
+      else await shutDown(sandbox, false)
       if (sandbox.state === "pausing") sandbox.state = "paused"
     })
     return sandbox.transition.then(() => true)
@@ -263,7 +285,8 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
     sandbox.state = "resuming"
     sandbox.transition = serially(sandbox, async () => {
       await delay(options.resumeDelayMs ?? 0)
-      await boot(sandbox)
+      if (!sandbox.frozen) await boot(sandbox)
+      sandbox.frozen = false
       sandbox.state = "running"
       sandbox.envdAccessToken = randomBytes(16).toString("hex")
       sandbox.startedAt = now()
@@ -324,13 +347,19 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       if (refused) return apiError(res, 400, refused)
       const timeoutSec = typeof request.timeout === "number" ? request.timeout : defaultTimeoutSec
       const templateID = typeof request.templateID === "string" ? request.templateID : "base"
+      const autoPause = request.autoPause === true
+      if (request.autoPauseMemory === false && !autoPause) return apiError(res, 400, "autoPauseMemory=false only applies when autoPause is true.")
+      const badNetwork = networkRefusal(request.network, envdOf(templateID), team)
+      if (badNetwork) return apiError(res, 400, badNetwork)
       const startedAt = now()
       const sandbox: FakeSandbox = {
         id: newId(),
         templateID,
         metadata: { ...(request.metadata ?? {}) },
         envVars: { ...(request.envVars ?? {}) },
-        autoPause: request.autoPause === true,
+        autoPause,
+        autoPauseMemory: request.autoPauseMemory !== false,
+        network: request.network,
         envdVersion: envdOf(templateID),
         startedAt,
         state: "running",
@@ -340,6 +369,7 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
         timer: undefined,
         scope: undefined,
         instance: undefined,
+        frozen: false,
         connection: undefined,
         processes: new Map(),
         streams: new Set(),
@@ -398,7 +428,7 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
     if (method === "POST" && action === "/pause") {
       if (sandbox.state === "paused") return apiError(res, 409, `Error pausing sandbox - sandbox '${sandbox.id}' is already paused`)
       if (changing) return apiError(res, 409, `Sandbox '${sandbox.id}' cannot be paused while in '${sandbox.state}' state`)
-      await pause(sandbox)
+      await pause(sandbox, request.memory !== false)
       return sendJson(res, 204, undefined)
     }
     if (method === "POST" && (action === "/connect" || action === "/resume")) {
@@ -509,6 +539,7 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   return {
     url: `http://127.0.0.1:${port}`,
     apiKey,
+    team,
     sandboxes: () =>
       [...sandboxes.values()].flatMap((s) =>
         s.state === "killed" ? [] : [{
@@ -520,6 +551,8 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
           startedAt: new Date(s.startedAt).toISOString(),
           endAt: new Date(s.endAt).toISOString(),
           autoPause: s.autoPause,
+          autoPauseMemory: s.autoPauseMemory,
+          network: s.network,
           envdVersion: s.envdVersion
         }]
       ),
@@ -534,9 +567,9 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       await killSandbox(sandbox)
       return true
     },
-    pause: async (sandboxId) => {
+    pause: async (sandboxId, how) => {
       const sandbox = sandboxes.get(sandboxId)
-      return sandbox === undefined ? false : pause(sandbox)
+      return sandbox === undefined ? false : pause(sandbox, how?.memory ?? false)
     },
     processes: (sandboxId) => [...(sandboxes.get(sandboxId)?.processes.keys() ?? [])],
     advance: async (ms) => {

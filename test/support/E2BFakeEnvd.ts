@@ -134,6 +134,10 @@ export interface FakeSandbox {
   readonly metadata: Record<string, string>
   readonly envVars: Record<string, string>
   readonly autoPause: boolean
+  /** autoPause keeps memory (infra's default): processes come back on resume. */
+  readonly autoPauseMemory: boolean
+  /** The `network` of the create (E2BFakeNetwork.ts checked it). */
+  readonly network: unknown
   readonly envdVersion: string
   /** The start of the current running period (create or resume), epoch ms. */
   startedAt: number
@@ -145,6 +149,8 @@ export interface FakeSandbox {
   timer: NodeJS.Timeout | undefined
   /** The host computer that is this sandbox's "VM" (kept while paused: its files). */
   instance: Instance | undefined
+  /** Paused with a memory snapshot: the VM (its processes) is kept and comes back on resume. */
+  frozen: boolean
   /** Its connection while running, in `scope`. */
   scope: Scope.CloseableScope | undefined
   connection: Connection | undefined

@@ -6,19 +6,23 @@
  * breaks it is recorded too — tests assert `violations` stays empty.
  *
  * Behaviour, from the API document and docs: bearer (or FlyV1) auth → 401, machine states and
- * transitions (created → starting → started → stopping → stopped → destroying → destroyed),
- * `metadata.*` filters on list, `/wait` answering a WaitMachineResponse or 408 on timeout, exec
- * answering 200 with `exit_code` also when the command fails, `config.files` and `config.init`,
- * and only documented statuses: a taken name is 422, an action on a machine in the wrong state is
- * 400 (`failed_precondition`), never the undocumented 409/412.
+ * transitions (created → starting → started → stopping → stopped → destroying → destroyed; a stop
+ * takes `stopDelayMs`, during which the machine is `stopping` and cannot be started), `metadata.*`
+ * filters on list, `/wait` answering a WaitMachineResponse or 408 on timeout (waiting for `stopped`
+ * needs `instance_id`, as the docs say; without it, 400), exec answering 200 with `exit_code` also
+ * when the command fails, `config.files` and `config.init`, and documented statuses: a taken name
+ * is 422, an action on a machine in the wrong state is 400 (`failed_precondition`); 409 and 412
+ * (a lease or capacity conflict, a version or volume precondition) come from `failNext`.
  *
  * The rate limit is on by default at Fly's documented values (1 request/s, burst 3 per action and
  * machine; Get Machine 5/s, burst 10), and a refusal carries `Retry-After` only every other time
  * (`retryAfter: "alternate"`), so clients must cope without it.
  *
  * Machines really run (FlyFakeVm.ts); by default processes an exec leaves behind are killed when
- * it ends. Faults for tests: the next N requests fail or are delayed; a machine destroyed,
- * stopped or restarted from outside. Every request is recorded.
+ * it ends. Faults for tests: the next N requests fail or are delayed, or are done and then
+ * answered with an error (`failAfter`: the answer is lost, not the work, as when Fly's proxy gives
+ * up on a call that still ran); a machine destroyed, stopped or restarted from outside. Every
+ * request is recorded.
  */
 import { randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, rmSync } from "node:fs"
@@ -71,6 +75,8 @@ export interface FlyFakeOptions {
   readonly retryAfter?: "always" | "never" | "alternate"
   /** What happens to processes an exec leaves behind (default: killed when it ends). */
   readonly execChildren?: ExecChildren
+  /** How long a machine is `stopping` before it is `stopped` (default 300 ms). */
+  readonly stopDelayMs?: number
 }
 
 const FLY_LIMIT: RateLimit = { perSecond: 1, burst: 3 }
@@ -86,10 +92,12 @@ export class FlyFake {
   retryAfter: "always" | "never" | "alternate"
   execChildren: ExecChildren
   bootDelayMs: number
+  stopDelayMs: number
   private refusals = 0
   private readonly buckets = new Map<string, { tokens: number; last: number }>()
   private faults: Array<{ count: number; status: number; match: RegExp | undefined }> = []
   private delays: Array<{ count: number; ms: number; match: RegExp | undefined }> = []
+  private lost: Array<{ count: number; status: number; match: RegExp | undefined }> = []
   private readonly waiters = new Set<() => void>()
   private readonly root = mkdtempSync(join(tmpdir(), "kt-fly-fake-"))
   private readonly server = createServer((request, response) => {
@@ -103,6 +111,7 @@ export class FlyFake {
   constructor(readonly options: FlyFakeOptions) {
     this.ticker = setInterval(() => this.tick(), 100)
     this.bootDelayMs = options.bootDelayMs ?? 0
+    this.stopDelayMs = options.stopDelayMs ?? 300
     this.rateLimit = options.rateLimit === false ? undefined : (options.rateLimit ?? FLY_LIMIT)
     this.retryAfter = options.retryAfter ?? "alternate"
     this.execChildren = options.execChildren ?? "killed"
@@ -131,9 +140,14 @@ export class FlyFake {
   delayNext(count: number, ms: number, match?: RegExp) {
     this.delays.push({ count, ms, match })
   }
+  /** The next `count` requests (matching `METHOD path`) are done, then answered `status` (the answer is lost, not the work). */
+  failAfter(count: number, status: number, match?: RegExp) {
+    this.lost.push({ count, status, match })
+  }
   clearFaults() {
     this.faults = []
     this.delays = []
+    this.lost = []
   }
   destroyFromOutside(id: string) {
     const machine = this.machines.get(id)
@@ -179,12 +193,20 @@ export class FlyFake {
     this.stop(machine)
   }
 
-  private stop(machine: FakeMachine) {
-    machine.boot++
+  /** Stopping takes `stopDelayMs`; `then` (a restart) runs once the machine is stopped, unless it went elsewhere meanwhile. */
+  private stop(machine: FakeMachine, then?: () => void) {
+    const boot = ++machine.boot
     this.setState(machine, "stopping")
     machine.vm.stop()
-    this.setState(machine, "stopped")
-    if (machine.config["auto_destroy"] === true) this.destroy(machine)
+    const stopped = () => {
+      if (machine.boot !== boot || machine.state !== "stopping") return
+      this.setState(machine, "stopped")
+      // A restart goes on from here; a stop of an auto_destroy machine ends it.
+      if (then !== undefined) then()
+      else if (machine.config["auto_destroy"] === true) this.destroy(machine)
+    }
+    if (this.stopDelayMs <= 0) stopped()
+    else setTimeout(stopped, this.stopDelayMs).unref()
   }
 
   private destroy(machine: FakeMachine) {
@@ -310,10 +332,15 @@ export class FlyFake {
       if (delay) await sleep(delay.ms)
       const fault = this.take(this.faults, key)
       if (fault) return reply(fault.status, { error: `injected fault ${fault.status}` })
+      const lost = this.take(this.lost, key)
       const wait = this.limited(action, machineId ?? "app")
       if (wait !== undefined) {
         const say = this.retryAfter === "always" || (this.retryAfter === "alternate" && this.refusals++ % 2 === 0)
         return reply(429, { error: "rate limit exceeded" }, say ? { "retry-after": String(wait) } : {})
+      }
+      if (lost) {
+        await this.route(method, url, machineId, sub, match[4], body ?? {}, () => {})
+        return reply(lost.status, { error: `injected fault ${lost.status} after the request was done` })
       }
       return await this.route(method, url, machineId, sub, match[4], body ?? {}, reply)
     } finally {
@@ -344,8 +371,6 @@ export class FlyFake {
       if (typeof config?.image !== "string" || config.image === "") return reply(400, { error: "invalid_argument: config.image is required" })
       const name = typeof body["name"] === "string" && body["name"] !== "" ? body["name"] : `machine-${randomBytes(4).toString("hex")}`
       if (this.byName(name)) return reply(422, { error: `already_exists: unable to create machine: machine name "${name}" is already in use` })
-      const memory = config.guest?.memory_mb
-      if (memory !== undefined && memory % 256 !== 0) return reply(400, { error: "invalid_argument: memory_mb must be a multiple of 256" })
       const id = randomBytes(7).toString("hex")
       const now = new Date().toISOString()
       const machine: FakeMachine = {
@@ -381,13 +406,16 @@ export class FlyFake {
       }
       case "GET wait": {
         const state = url.searchParams.get("state") ?? "started"
+        if (state === "stopped" && !url.searchParams.get("instance_id")) {
+          return reply(400, { error: "invalid_argument: instance_id is required when waiting for the stopped state" })
+        }
         const timeout = Number(url.searchParams.get("timeout") ?? "60")
         if (!Number.isInteger(timeout) || timeout < 1 || timeout > 60) return reply(400, { error: "invalid_argument: timeout must be between 1 and 60 seconds" })
         const reached = await this.waitFor(machine, state, timeout * 1000)
         return reached ? reply(200, { ok: true, state }) : reply(408, { error: `deadline_exceeded: machine did not reach state ${state}` })
       }
       case "POST start":
-        if (machine.state === "destroyed" || machine.state === "destroying") return precondition("start")
+        if (["destroyed", "destroying", "stopping", "suspending"].includes(machine.state)) return precondition("start")
         if (machine.state !== "started" && machine.state !== "starting") this.launch(machine)
         return reply(200, {})
       case "POST stop":
@@ -396,12 +424,10 @@ export class FlyFake {
         return reply(200, {})
       case "POST restart":
         if (machine.state !== "started") return precondition("restart")
-        machine.boot++
-        this.setState(machine, "stopping")
-        machine.vm.stop()
-        this.setState(machine, "stopped")
-        if (!["restart", "always"].includes(machine.config["rootfs"]?.persist)) rmSync(machine.vm.rootfs(), { recursive: true, force: true })
-        this.launch(machine)
+        this.stop(machine, () => {
+          if (!["restart", "always"].includes(machine.config["rootfs"]?.persist)) rmSync(machine.vm.rootfs(), { recursive: true, force: true })
+          this.launch(machine)
+        })
         return reply(200, {})
       case "POST exec": {
         if (machine.state !== "started" || !machine.vm.ready) return precondition("exec")

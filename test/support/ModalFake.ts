@@ -16,7 +16,13 @@
  *   `SandboxWait` is a long poll; results are TERMINATED (137), TIMEOUT (124) or the exit code;
  * - scheduling: `schedulingDelayMs` keeps a new sandbox pending (no task) that long;
  * - execs: argv over 128 KiB in total is refused (Modal's measured ARG_MAX), env from the request's
- *   secret sources, PTY made by `script` (80x24, TERM=xterm-256color, all output on stdout).
+ *   secret sources, PTY made by `script` (80x24, TERM=xterm-256color, all output on stdout);
+ * - network (`definition.networkAccess`, ModalFakeNetwork.ts): the allowlist's CIDRs and domains are
+ *   checked ("Invalid CIDR", "Invalid domain": INVALID_ARGUMENT). A V1 sandbox gets its policy:
+ *   OPEN shares this host's network, BLOCKED and ALLOWLIST get none of it (offline, nothing listed
+ *   is reachable either: the fake can only fail closed). A V2 sandbox does not get it: the SDK
+ *   lists no network policy among what V2 sandboxes support (`experimentalCreate`), so the fake
+ *   assumes the worst and gives it this host's network whatever it asked.
  * Faults: `fail(method, …)` makes the next calls of an RPC fail with a status, `hang(method)` makes
  * them never answer, `terminateFromOutside(name)` ends a sandbox behind the backend's back.
  */
@@ -29,6 +35,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { ModalBackendOptions } from "../../src/layers/backends/modal/ModalOptions.js"
 import { serviceDefinition } from "./contracts/modal/ModalSchema.js"
+import { type AppliedNetwork, networkOf, networkRefusal } from "./ModalFakeNetwork.js"
 import { type ExitStatus, FakeExec, SANDBOX_ENV, type SandboxProcess, startSandbox } from "./ModalFakeSandbox.js"
 
 export { fakeWorks } from "./ModalFakeSandbox.js"
@@ -59,6 +66,8 @@ export interface FakeSandbox {
   readonly name: string | undefined
   readonly tags: Record<string, string>
   readonly definition: Req
+  /** The network the sandbox was given (not always what it asked for: see the header). */
+  readonly network: AppliedNetwork
   readonly createdAt: number
   state: "pending" | "running" | "finished"
   taskId: string | undefined
@@ -240,6 +249,8 @@ export class ModalFake {
     const name: string | undefined = definition["name"] || undefined
     if (name !== undefined && (name.length > 64 || !NAME.test(name))) throw new Fault(status.INVALID_ARGUMENT, `Invalid Sandbox name: '${name}'`)
     if (definition["timeoutSecs"] > 86400) throw new Fault(status.INVALID_ARGUMENT, "timeout must be at most 24 hours")
+    const refused = networkRefusal(definition["networkAccess"])
+    if (refused !== undefined) throw new Fault(status.INVALID_ARGUMENT, refused)
     if (name !== undefined && [...this.sandboxes.values()].some((s) => s.appId === appId && s.name === name && s.state !== "finished")) {
       throw new Fault(status.ALREADY_EXISTS, `Sandbox with name '${name}' already exists`)
     }
@@ -254,6 +265,7 @@ export class ModalFake {
       name,
       tags: Object.fromEntries((request["tags"] ?? []).map((t: Req) => [t["tagName"], t["tagValue"]])),
       definition,
+      network: networkOf(version, definition["networkAccess"]),
       createdAt,
       state: "pending",
       taskId: undefined,
@@ -280,10 +292,7 @@ export class ModalFake {
   private async schedule(sandbox: FakeSandbox) {
     if (this.schedulingDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.schedulingDelayMs))
     if (sandbox.state !== "pending") return
-    // BLOCKED (2), and ALLOWLIST (3), which offline can only fail closed: nothing is reachable.
-    const access = sandbox.definition["networkAccess"]?.["networkAccessType"]
-    const blockNetwork = access === 2 || access === 3
-    const started = await startSandbox(join(this.root, sandbox.sandboxId), blockNetwork)
+    const started = await startSandbox(join(this.root, sandbox.sandboxId), !sandbox.network.hostNetwork)
     if (sandbox.state !== "pending") {
       started.child.kill("SIGKILL")
       return

@@ -21,7 +21,8 @@ export const layer = Layer.succeed(Backend, Backend.of({
     persistence: false,
     heldProcesses: false,
     files: false,
-    networkControl: false
+    networkControl: false,
+    checkpoints: false
   },
   labelStyle: "dashed",
   image: "quick",

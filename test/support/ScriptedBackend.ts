@@ -94,6 +94,7 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     heldProcesses: false,
     files: false,
     networkControl: false,
+    checkpoints: false,
     ...options.capabilities
   }
 

@@ -22,7 +22,7 @@ export const dockerFlags = {
     alsoFrom: ["DOCKER_IMAGE"],
     default: defaultSettings.image,
     backends: ["docker"],
-    help: "Image of new computers"
+    help: "Image of new computers; the default is built once from debian:bookworm-slim"
   }),
   warmPool: Flag.integer("warm-pool", {
     group: "docker backend options",
@@ -31,6 +31,14 @@ export const dockerFlags = {
     max: 100,
     backends: ["docker", "host"],
     help: "Computers kept ready for new ones (docker, host)"
+  }),
+  maxCheckpoints: Flag.integer("max-checkpoints", {
+    group: "docker backend options",
+    default: defaultSettings.maxCheckpoints,
+    min: 0,
+    max: 1000,
+    more: true,
+    help: "Checkpoints one session may hold at once (docker, host; 0: off)"
   }),
   cpu: Flag.optionalPositiveNumber("cpu", {
     group: "docker backend options",

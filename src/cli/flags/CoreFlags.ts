@@ -2,7 +2,7 @@
 import { defaultSettings } from "../../services/Settings.js"
 import * as Flag from "../Flag.js"
 
-const backends = ["auto", "host", "docker", "fly", "e2b", "modal", "toolset", "go_busybox", "wasm"] as const
+const backends = ["auto", "host", "docker", "fly", "e2b", "modal", "kubernetes", "toolset", "go_busybox", "wasm"] as const
 const logLevels = ["debug", "info", "warning", "error", "none"] as const
 
 export const coreFlags = {
@@ -11,7 +11,7 @@ export const coreFlags = {
     // process-mcp's PROCESS_MODE (host or docker) works too.
     alsoFrom: ["PROCESS_MODE"],
     default: "auto",
-    shownDefault: "auto: docker if an engine answers, else host",
+    shownDefault: "auto: docker if one answers, else host",
     help: "Where computers run"
   }),
   transport: Flag.choice("transport", ["stdio", "http"], {
@@ -112,5 +112,41 @@ export const httpFlags = {
     transport: "http",
     more: true,
     help: "Most concurrent MCP sessions"
+  }),
+  authPrincipal: Flag.pairs("auth-principal", {
+    group: "http options",
+    metavar: "NAME=VARIABLE",
+    transport: "http",
+    more: true,
+    help: "A client with a token of its own, read from the server's environment VARIABLE; sessions and " +
+      "request memory are capped per principal; repeatable"
+  }),
+  maxSessionsPerPrincipal: Flag.optionalInteger("max-sessions-per-principal", {
+    group: "http options",
+    min: 1,
+    transport: "http",
+    more: true,
+    shownDefault: "--max-sessions with one principal, half of it with several",
+    help: "Most concurrent MCP sessions of one principal"
+  }),
+  maxBodyMemory: Flag.integer("max-body-memory", {
+    group: "http options",
+    default: 256,
+    // One message of the largest size, 32 MiB, at three bytes of memory per byte while it is parsed.
+    min: 96,
+    unit: "MiB",
+    transport: "http",
+    more: true,
+    help: "MiB of memory request bodies may take at once while read and parsed (3 per body byte), all " +
+      "clients together; more is refused (503, Retry-After)"
+  }),
+  maxBodyMemoryPerPrincipal: Flag.optionalInteger("max-body-memory-per-principal", {
+    group: "http options",
+    min: 96,
+    unit: "MiB",
+    transport: "http",
+    more: true,
+    shownDefault: "--max-body-memory with one principal, half of it with several",
+    help: "MiB of memory one principal's request bodies may take at once"
   })
 }

@@ -5,6 +5,11 @@
  *   CIDRs, with `denyOut: ["0.0.0.0/0"]` so that nothing else is allowed; a name's rule applies to
  *   ports 80 (Host header) and 443 (SNI) only. `rules[name].transform.headers` adds a header to the
  *   requests to that name (E2B's proxy does it: the value goes to E2B's API, never into the sandbox).
+ *   E2B's API takes header rules for exact names only (no `*.x`, no address), at most 10 of them,
+ *   20 headers a name, names of at most 64 characters and values of at most 2048 (e2b-dev/infra
+ *   `sandbox_create.go`); what it would refuse with a 400 is refused here at startup. It also needs
+ *   a feature E2B enables per team and a template whose envd is 0.5.13 or newer, which only the
+ *   create can tell (E2BError.headerRulesRefusal says so in the flag's words).
  * - **Modal** (`outboundDomainAllowlist` / `outboundCidrAllowlist` of `sandboxes.create`, an
  *   ALLOWLIST network access: only what is listed): names (`*.x` too) and addresses as /32 or /128.
  *
@@ -37,6 +42,9 @@ export interface ModalOutbound {
 /** All traffic, as E2B's SDK spells it (`allTraffic`). */
 export const ALL_TRAFFIC = "0.0.0.0/0"
 
+/** E2B's limits on header rules (e2b-dev/infra sandbox_create.go). */
+export const E2B_RULE_LIMITS = { names: 10, headersPerName: 20, headerName: 64, headerValue: 2048 } as const
+
 const policyOf = (settings: EgressSettings) =>
   EgressPolicy.make({
     allow: settings.allowHosts,
@@ -68,16 +76,31 @@ export const e2bNetwork = (settings: EgressSettings): Either.Either<E2BNetwork |
   const refused = common("E2B", settings, policy)
   if (refused !== undefined) return Either.left(refused)
   const rules: Record<string, Array<{ transform: { headers: Record<string, string> } }>> = {}
+  const limits = E2B_RULE_LIMITS
   for (const rule of policy.headers) {
-    if (rule.pattern.match._tag === "Any") return Either.left(`--egress-header ${rule.pattern.text}: E2B's header rules need a name or *.name, not *`)
-    if (rule.pattern.port !== undefined && rule.pattern.port !== 443 && rule.pattern.port !== 80) {
-      return Either.left(`--egress-header ${rule.pattern.text}: E2B's header rules apply to ports 80 and 443 only`)
+    const { match, text } = rule.pattern
+    if (match._tag !== "Exact") {
+      return Either.left(`--egress-header ${text}: E2B's header rules take exact names (its API refuses *.x and *): list each name`)
     }
-    const key = entryOf(rule.pattern)
-    const existing = rules[key]?.[0]?.transform.headers ?? {}
-    rules[key] = [{ transform: { headers: { ...existing, [rule.header]: Redacted.value(rule.value) } } }]
+    if (isIP(match.host) !== 0) return Either.left(`--egress-header ${text}: E2B's header rules take names, not addresses`)
+    if (rule.pattern.port !== undefined && rule.pattern.port !== 443 && rule.pattern.port !== 80) {
+      return Either.left(`--egress-header ${text}: E2B's header rules apply to ports 80 and 443 only`)
+    }
+    if (rule.header.length > limits.headerName) {
+      return Either.left(`--egress-header ${text}: E2B takes header names of at most ${limits.headerName} characters`)
+    }
+    if (Redacted.value(rule.value).length > limits.headerValue) {
+      return Either.left(`--egress-header ${text}:${rule.header}: E2B takes header values of at most ${limits.headerValue} characters`)
+    }
+    const existing = rules[match.host]?.[0]?.transform.headers ?? {}
+    rules[match.host] = [{ transform: { headers: { ...existing, [rule.header]: Redacted.value(rule.value) } } }]
+    if (Object.keys(rules[match.host]![0]!.transform.headers).length > limits.headersPerName) {
+      return Either.left(`--egress-header ${text}: E2B takes at most ${limits.headersPerName} headers for one name`)
+    }
   }
-  const hasRules = Object.keys(rules).length > 0
+  const names = Object.keys(rules).length
+  if (names > limits.names) return Either.left(`--egress-header: E2B takes header rules for at most ${limits.names} names, got ${names}`)
+  const hasRules = names > 0
   if (everything(policy)) return Either.right(hasRules ? { allowOut: [ALL_TRAFFIC], denyOut: [], rules } : undefined)
   return Either.right({
     allowOut: [...new Set(policy.allow.map(entryOf))],

@@ -1,5 +1,12 @@
+/**
+ * Bearer authentication of `/mcp` and the principal it establishes: the name of the token a client
+ * presented. Principals are what the HTTP server tells clients apart by (sessions and request
+ * memory are capped per principal), so each client that must not be able to crowd out the others
+ * gets a token of its own (`--auth-principal NAME=VARIABLE`).
+ */
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { HttpApp } from "@effect/platform"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
@@ -44,12 +51,52 @@ export const tokenMatches = (expected: string, header: string | undefined): bool
   return same && Option.isSome(presented)
 }
 
+/** The principal of the current HTTP request: who presented which token (`anonymous` without auth). */
+export class Principal extends Context.Tag("kilntainers/mcp/Principal")<Principal, string>() {}
+
+/** The principal of every request to a server without tokens. */
+export const anonymous = "anonymous"
+
+/** The principal of `--auth-token`. */
+export const defaultPrincipal = "default"
+
+/** A principal's name and its token. */
+export interface PrincipalToken {
+  readonly principal: string
+  readonly token: string
+}
+
+/** What a principal may be called: it shows in logs and error messages. */
+export const principalName = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
+
+/**
+ * The principal whose token the header carries. Every token is compared, in constant time, whether
+ * or not an earlier one matched: how long the check takes says nothing about which token is close.
+ */
+export const authenticate = (tokens: ReadonlyArray<PrincipalToken>, header: string | undefined): Option.Option<string> => {
+  const presented = bearerToken(header)
+  const presentedDigest = digest(Option.getOrElse(presented, () => ""))
+  let found: string | undefined = undefined
+  for (const entry of tokens) {
+    if (timingSafeEqual(digest(entry.token), presentedDigest) && found === undefined) found = entry.principal
+  }
+  return Option.isSome(presented) ? Option.fromNullable(found) : Option.none()
+}
+
 const unauthorized = HttpServerResponse.unsafeJson({ error: "unauthorized" }, {
   status: 401,
   headers: { "www-authenticate": "Bearer realm=\"kilntainers\"" }
 })
 
-/** Middleware: requests without the bearer token get 401 and never reach the app. */
-export const middleware = (token: string) => <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
+/** Middleware: requests without one of the tokens get 401 and never reach the app, which learns the principal. */
+export const middleware = (tokens: ReadonlyArray<PrincipalToken>) =>
+<E, R>(app: HttpApp.Default<E, R | Principal>): HttpApp.Default<E, Exclude<R, Principal>> =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
-    tokenMatches(token, request.headers.authorization) ? app : Effect.succeed(unauthorized))
+    Option.match(authenticate(tokens, request.headers.authorization), {
+      onNone: () => Effect.succeed(unauthorized),
+      onSome: (principal) => Effect.provideService(app, Principal, principal)
+    }))
+
+/** For a server without tokens (loopback, or behind an authenticating proxy): every request is `anonymous`. */
+export const unauthenticated = <E, R>(app: HttpApp.Default<E, R | Principal>): HttpApp.Default<E, Exclude<R, Principal>> =>
+  Effect.provideService(app, Principal, anonymous)

@@ -7,10 +7,9 @@ import * as Dashboard from "./Dashboard.js"
 import * as RecentActivity from "./RecentActivity.js"
 import * as Tool from "./Tool.js"
 
-const ComputerId = Schema.String.annotations({ description: "The computer's id (slug)" })
-const Temporary = Schema.Boolean.annotations({
-  description: "Remove the computer when its MCP session ends (default true). Set false to keep it provider-side and reconnect by computer_id."
-})
+// Input fields say only what their name and the tool's description do not (see ProcessTools' header).
+const ComputerId = Schema.String
+const Temporary = Schema.Boolean
 const Inventory = Schema.Struct({
   computers: Schema.Array(ComputerInfo),
   count: Schema.Number,
@@ -28,16 +27,20 @@ const Created = Schema.Struct({
 const Encoding = Schema.Literal("utf8", "base64")
 const Int = Schema.Number.pipe(Schema.int())
 
-const inventory = (session: string) =>
+/** The inventory; the recent audit entries only when asked for (they grow with every command an agent runs). */
+const inventory = (session: string, withAudit: boolean) =>
   Effect.flatMap(Computers, (computers) =>
     Effect.all([computers.list(session), computers.pool]).pipe(
       Effect.flatMap(([list, pool]) =>
-        Effect.map(RecentActivity.recent(list.map((computer) => computer.computer_id)), (audit) => ({
-          computers: list,
-          count: list.length,
-          ...(pool === undefined ? {} : { pool }),
-          ...(audit.length === 0 ? {} : { audit })
-        }))
+        Effect.map(
+          withAudit ? RecentActivity.recent(list.map((computer) => computer.computer_id)) : Effect.succeed([]),
+          (audit) => ({
+            computers: list,
+            count: list.length,
+            ...(pool === undefined ? {} : { pool }),
+            ...(audit.length === 0 ? {} : { audit })
+          })
+        )
       )
     ))
 
@@ -53,35 +56,32 @@ const created = (computer: ComputerHandle) =>
 export const make = () => [
   Tool.make({
     name: "computer_dashboard",
-    description: "Open the interactive MCP App dashboard of sandbox computers: the inventory (state, backend, " +
-      "image, temporary/permanent, created time, live processes), with create, restart, reset, delete, a " +
-      "command runner and each computer's processes.",
-    input: Schema.Struct({}),
+    description: "Open the computers dashboard (an MCP App).",
+    // An empty object, said plainly (Effect says `{}` as "object or array").
+    input: Schema.Struct({}).annotations({ jsonSchema: { type: "object", properties: {} } }),
     output: Inventory,
     annotations: Tool.annotations("Sandbox Computer Dashboard", true, false, true),
     // Both keys: the specification's, and the flat one older hosts read.
     meta: { ui: { resourceUri: Dashboard.resourceUri, visibility: ["model", "app"] }, "ui/resourceUri": Dashboard.resourceUri },
-    handle: (_input, context) => inventory(context.session)
+    handle: (_input, context) => inventory(context.session, true)
   }),
   Tool.make({
     name: "computer_list",
-    description: "List every sandbox computer: those in use and the permanent ones the provider keeps, with " +
-      "state, backend, image, provider id (sandbox_id), temporary/permanent, created time and live processes.",
-    input: Schema.Struct({}),
+    description: "List computers (in use, and permanent ones); audit=true: their last 20 audit entries.",
+    input: Schema.Struct({ audit: Schema.optional(Schema.Boolean) }),
     output: Inventory,
     annotations: Tool.annotations("List computers", true, false, true),
-    handle: (_input, context) => inventory(context.session)
+    handle: (input, context) => inventory(context.session, input.audit === true)
   }),
   Tool.make({
     name: "computer_create",
-    description: "Create a sandbox computer, or attach to an existing one by computer_id. Omitting computer_id " +
-      "always makes a new computer with a readable random id.",
+    description: "Create a computer, or attach to one by computer_id. temporary=false keeps it past this session; " +
+      "shared=true lets other sessions use it.",
     input: Schema.Struct({
       computer_id: Schema.optional(ComputerId),
       temporary: Schema.optionalWith(Temporary, { default: () => true }),
-      shared: Schema.optional(Schema.Boolean.annotations({
-        description: "Let other MCP sessions use this temporary computer by its id (permanent computers always can)"
-      }))
+      shared: Schema.optional(Schema.Boolean),
+      from_checkpoint: Schema.optional(Schema.String)
     }),
     output: Created,
     annotations: Tool.annotations("Create a computer", false, false, true),
@@ -90,8 +90,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "computer_restart",
-    description: "Restart a computer without erasing its writable filesystem. Its running processes end " +
-      "(ps shows why).",
+    description: "Restart a computer, keeping its files; its processes end.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Created,
     annotations: Tool.annotations("Restart a computer", false, true, false),
@@ -100,8 +99,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "computer_factory_reset",
-    description: "Erase a computer's state and recreate it from its base image. Its processes end and its " +
-      "files are gone.",
+    description: "Recreate a computer from its image, erasing its files.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Created,
     annotations: Tool.annotations("Factory-reset a computer", false, true, false),
@@ -112,7 +110,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "computer_delete",
-    description: "Permanently delete a computer (temporary or permanent) and everything in it.",
+    description: "Delete a computer and everything in it.",
     input: Schema.Struct({ computer_id: ComputerId }),
     output: Schema.Struct({ ok: Schema.Boolean, computer_id: Schema.String, deleted: Schema.Boolean }),
     annotations: Tool.annotations("Delete a computer", false, true, true),
@@ -123,13 +121,12 @@ export const make = () => [
   }),
   Tool.make({
     name: "file_read",
-    description: `Read a file inside a computer (relative paths are from /home/agent). Text comes back as ` +
-      `utf8; binary (or encoding=base64) as base64. At most maxBytes (default ${defaultReadBytes}, max ` +
-      `${maxFileBytes}); size is the whole file's.`,
+    description: `Read a file (relative: from the working directory): utf8, or base64 if binary or asked; at most ` +
+      `maxBytes (default ${defaultReadBytes}).`,
     input: Schema.Struct({
-      path: Schema.String.annotations({ description: "Path inside the computer" }),
-      encoding: Schema.optional(Encoding.annotations({ description: "utf8 (default) or base64" })),
-      maxBytes: Schema.optional(Int.pipe(Schema.between(0, maxFileBytes)).annotations({ description: "Most bytes to return" })),
+      path: Schema.String,
+      encoding: Schema.optional(Encoding),
+      maxBytes: Schema.optional(Int.pipe(Schema.between(0, maxFileBytes))),
       computer_id: Schema.optional(ComputerId),
       temporary: Schema.optional(Temporary)
     }),
@@ -146,15 +143,14 @@ export const make = () => [
   }),
   Tool.make({
     name: "file_write",
-    description: `Write a file inside a computer (relative paths are from /home/agent; parent directories are ` +
-      `created). content is utf8 text, or base64 with encoding=base64; at most ${maxFileBytes} bytes. ` +
-      `append=true appends; mode sets permissions (e.g. 755).`,
+    description: "Write a file (relative: from the working directory; directories made): utf8, or base64 with " +
+      "encoding=base64; append=true appends; mode e.g. 755.",
     input: Schema.Struct({
-      path: Schema.String.annotations({ description: "Path inside the computer" }),
-      content: Schema.String.annotations({ description: "The file's content: utf8 text, or base64 with encoding=base64" }),
-      encoding: Schema.optional(Encoding.annotations({ description: "utf8 (default) or base64" })),
-      append: Schema.optional(Schema.Boolean.annotations({ description: "Append instead of replacing the file" })),
-      mode: Schema.optional(Schema.String.annotations({ description: "Octal permissions, e.g. 644 or 755" })),
+      path: Schema.String,
+      content: Schema.String,
+      encoding: Schema.optional(Encoding),
+      append: Schema.optional(Schema.Boolean),
+      mode: Schema.optional(Schema.String),
       computer_id: Schema.optional(ComputerId),
       temporary: Schema.optional(Temporary)
     }),

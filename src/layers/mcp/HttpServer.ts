@@ -1,10 +1,12 @@
 import { HttpMiddleware, HttpRouter, HttpServerResponse } from "@effect/platform"
+import { createMcpHandler, type ServerContext } from "@modelcontextprotocol/server"
 import { NodeHttpServer } from "@effect/platform-node"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
+import * as Runtime from "effect/Runtime"
 import * as Schema from "effect/Schema"
 import { createServer } from "node:http"
 import type { Computers } from "../../services/Computers.js"
@@ -12,12 +14,15 @@ import type { Files } from "../../services/Files.js"
 import type { Processes } from "../../services/Processes.js"
 import { Settings } from "../../services/Settings.js"
 import * as BearerAuth from "./BearerAuth.js"
+import * as BodyBudget from "./BodyBudget.js"
 import * as Dashboard from "./Dashboard.js"
 import * as HttpSessions from "./HttpSessions.js"
 import { maxMessageBytes } from "./Limits.js"
 import * as McpEndpoint from "./McpEndpoint.js"
-import { ready, serve, serverInfo } from "./McpServer.js"
+import { buildServer, makeParts, ready, releaseSession, serve, serverInfo } from "./McpServer.js"
 import * as OriginGuard from "./OriginGuard.js"
+import * as SessionLeases from "./SessionLeases.js"
+import * as Tasks from "./Tasks.js"
 
 export { isLoopback } from "./OriginGuard.js"
 export { tokenMatches } from "./BearerAuth.js"
@@ -27,14 +32,27 @@ export interface HttpOptions {
   readonly port: number
   /** An MCP session with no request for this long is closed (its temporary computers removed). */
   readonly sessionTimeoutMs: number
-  /** Bearer token required on /mcp; undefined = no auth (only allowed on loopback, or when told). */
+  /** Bearer token required on /mcp (principal `default`); neither it nor `principals` = no auth (only allowed on loopback, or when told). */
   readonly authToken: string | undefined
+  /** More tokens, each the identity of a principal of its own. */
+  readonly principals?: ReadonlyArray<BearerAuth.PrincipalToken> | undefined
   readonly allowUnauthenticated: boolean
   /** Most concurrent MCP sessions. */
   readonly maxSessions: number
+  /** Most concurrent MCP sessions of one principal (default: `maxSessions`). */
+  readonly maxSessionsPerPrincipal?: number | undefined
   /** Largest request body, bytes (default: the MCP message limit, 32 MiB). */
   readonly maxBodyBytes?: number | undefined
+  /** Bytes of memory request bodies may take at once, all together and one principal's (defaults: `defaultBodyMemory`). */
+  readonly bodyMemory?: BodyBudget.BodyBudgetLimits | undefined
 }
+
+/**
+ * The memory request bodies may take at once, by default: 256 MiB, two of the largest messages as
+ * they are parsed (`McpEndpoint.memoryPerBodyByte`), all of it to one principal (there is nobody to
+ * share with unless several are configured).
+ */
+export const defaultBodyMemory = { total: 8 * maxMessageBytes, perPrincipal: 8 * maxMessageBytes } as const
 
 /** The HTTP server cannot start with these options. */
 export class HttpStartError extends Schema.TaggedError<HttpStartError>()("HttpStartError", {
@@ -58,7 +76,15 @@ export const serveHttp = (options: HttpOptions) =>
       const checked = BearerAuth.validateToken(token, "the auth token (--auth-token or KILNTAINERS_AUTH_TOKEN)")
       if (Either.isLeft(checked)) return yield* new HttpStartError({ message: checked.left })
     }
-    if (!loopback && token === undefined && !options.allowUnauthenticated) {
+    const tokens = [
+      ...(token === undefined ? [] : [{ principal: BearerAuth.defaultPrincipal, token }]),
+      ...(options.principals ?? [])
+    ]
+    for (const entry of options.principals ?? []) {
+      const checked = BearerAuth.validateToken(entry.token, `the token of principal ${entry.principal}`)
+      if (Either.isLeft(checked)) return yield* new HttpStartError({ message: checked.left })
+    }
+    if (!loopback && tokens.length === 0 && !options.allowUnauthenticated) {
       return yield* new HttpStartError({
         message: `refusing to serve on ${options.host} without authentication: set --auth-token (or ` +
           `KILNTAINERS_AUTH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated-http if something in front of ` +
@@ -75,10 +101,37 @@ export const serveHttp = (options: HttpOptions) =>
     const sessions = yield* HttpSessions.make({
       idleTimeout: Duration.millis(options.sessionTimeoutMs),
       maxSessions: options.maxSessions,
+      maxSessionsPerPrincipal: options.maxSessionsPerPrincipal ?? options.maxSessions,
       serve: (transport, id, onConnected) => serve(Context.get(context, Settings), ready(context), transport, id, onConnected)
     })
 
-    const mcp = McpEndpoint.handler(sessions, options.maxBodyBytes ?? maxMessageBytes)
+    // 2026-07-28: a server instance per request, its session from the principal and the client's key.
+    const services = ready(context)
+    const leases = yield* SessionLeases.make({
+      idleTimeout: Duration.millis(options.sessionTimeoutMs),
+      maxPerPrincipal: options.maxSessionsPerPrincipal ?? options.maxSessions,
+      release: (session) => releaseSession(services, session)
+    })
+    const tasks = yield* Tasks.make(Tasks.defaults)
+    const parts = yield* makeParts(Context.get(context, Settings), services, tasks)
+    const principalOf = (ctx: ServerContext) => ctx.http?.authInfo?.clientId ?? BearerAuth.anonymous
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const maxBodyBytes = options.maxBodyBytes ?? maxMessageBytes
+    const stateless = createMcpHandler(
+      () =>
+        buildServer(parts, (ctx) => leases.claim(principalOf(ctx), ctx.mcpReq._meta?.[SessionLeases.sessionKeyMeta])),
+      {
+        legacy: "reject",
+        maxRequestBodySize: maxBodyBytes,
+        onerror: (error) => runFork(Effect.logDebug(`MCP (2026-07-28): ${error.message}`))
+      }
+    )
+    yield* Effect.addFinalizer(() => Effect.promise(() => stateless.close()).pipe(Effect.timeout("5 seconds"), Effect.ignore))
+    const modern: McpEndpoint.ModernEndpoint = (request, body, principal) =>
+      stateless.fetch(request, { parsedBody: body, authInfo: { token: "", clientId: principal, scopes: [] } })
+
+    const budget = BodyBudget.make(options.bodyMemory ?? defaultBodyMemory)
+    const mcp = McpEndpoint.handler(sessions, modern, budget, maxBodyBytes)
     const router = HttpRouter.empty.pipe(
       HttpRouter.get("/healthz", HttpServerResponse.unsafeJson({ status: "ok" })),
       HttpRouter.get(
@@ -91,7 +144,7 @@ export const serveHttp = (options: HttpOptions) =>
           health: "/healthz"
         })
       ),
-      HttpRouter.all("/mcp", token === undefined ? mcp : BearerAuth.middleware(token)(mcp))
+      HttpRouter.all("/mcp", tokens.length === 0 ? BearerAuth.unauthenticated(mcp) : BearerAuth.middleware(tokens)(mcp))
     )
     const app = router.pipe(
       Effect.catchTag("RouteNotFound", () => Effect.succeed(HttpServerResponse.unsafeJson({ error: "not found" }, { status: 404 }))),
@@ -104,7 +157,7 @@ export const serveHttp = (options: HttpOptions) =>
     const port = server.address._tag === "TcpAddress" ? server.address.port : options.port
     yield* Effect.logInfo(
       `MCP over HTTP at http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}/mcp` +
-        (token !== undefined ? " (bearer auth)" : " (no auth)")
+        (tokens.length === 0 ? " (no auth)" : tokens.length === 1 ? " (bearer auth)" : ` (bearer auth, ${tokens.length} principals)`)
     )
     return { port, sessions: sessions.size }
   })

@@ -1,5 +1,3 @@
-import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js"
-import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js"
 import {
   isJSONRPCErrorResponse,
   isJSONRPCNotification,
@@ -7,8 +5,11 @@ import {
   isJSONRPCResultResponse,
   type JSONRPCMessage,
   type MessageExtraInfo,
-  type RequestId
-} from "@modelcontextprotocol/sdk/types.js"
+  type RequestId,
+  type Transport,
+  type TransportSendOptions,
+  WebStandardStreamableHTTPServerTransport
+} from "@modelcontextprotocol/server"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -22,6 +23,8 @@ import { randomUUID } from "node:crypto"
 /** An MCP session over HTTP: one transport and one MCP server, served by a fiber of the registry. */
 export interface HttpSession {
   readonly id: string
+  /** Who opened it: only this principal's requests reach it. */
+  readonly principal: string
   /** Where the session's HTTP requests go. */
   readonly transport: WebStandardStreamableHTTPServerTransport
 }
@@ -42,7 +45,7 @@ interface Entry extends HttpSession {
 class CountingTransport implements Transport {
   onclose?: (() => void) | undefined
   onerror?: ((error: Error) => void) | undefined
-  onmessage?: ((message: JSONRPCMessage, extra?: MessageExtraInfo) => void) | undefined
+  onmessage?: (<T extends JSONRPCMessage>(message: T, extra?: MessageExtraInfo) => void) | undefined
 
   constructor(private readonly entry: Entry) {}
 
@@ -69,6 +72,11 @@ class CountingTransport implements Transport {
     await inner.start()
   }
 
+  // The server tells its transport which revisions it speaks (the transport checks the header by them).
+  setSupportedProtocolVersions(versions: Array<string>) {
+    this.entry.transport.setSupportedProtocolVersions(versions)
+  }
+
   send(message: JSONRPCMessage, options?: TransportSendOptions) {
     if ((isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message)) && message.id !== undefined) this.settle(message.id)
     const relatedRequestId = options?.relatedRequestId
@@ -80,12 +88,16 @@ class CountingTransport implements Transport {
   }
 }
 
-/** Every session slot is taken. */
+/** Every session slot is taken, the server's or the principal's. */
 export class TooManySessions extends Schema.TaggedError<TooManySessions>()("TooManySessions", {
-  max: Schema.Number
+  max: Schema.Number,
+  /** Set when the principal's own cap was reached, not the server's. */
+  principal: Schema.optional(Schema.String)
 }) {
   override get message() {
-    return `too many MCP sessions (${this.max}); try again later`
+    return this.principal === undefined
+      ? `too many MCP sessions (${this.max}); try again later`
+      : `too many MCP sessions for ${this.principal} (${this.max}, its cap); close one or try again later`
   }
 }
 
@@ -93,6 +105,8 @@ export interface HttpSessionsOptions {
   /** A session with no request in progress and no HTTP request for this long is closed. */
   readonly idleTimeout: Duration.Duration
   readonly maxSessions: number
+  /** Most sessions of one principal, so that one client cannot take every slot. */
+  readonly maxSessionsPerPrincipal: number
   /** Serves one session until its transport closes; `onConnected` once the server is attached. */
   readonly serve: (transport: Transport, id: string, onConnected: Effect.Effect<void>) => Effect.Effect<void>
 }
@@ -108,18 +122,36 @@ export const make = (options: HttpSessionsOptions) =>
     const fibers = yield* FiberMap.make<string>()
     const idleMs = Duration.toMillis(options.idleTimeout)
 
-    const open = Effect.gen(function*() {
+    /** Sessions per principal, counted as entries come and go. */
+    const perPrincipal = new Map<string, number>()
+    const add = (entry: Entry) => {
+      entries.set(entry.id, entry)
+      perPrincipal.set(entry.principal, (perPrincipal.get(entry.principal) ?? 0) + 1)
+    }
+    const drop = (id: string) => {
+      const entry = entries.get(id)
+      if (entry === undefined) return
+      entries.delete(id)
+      const left = (perPrincipal.get(entry.principal) ?? 1) - 1
+      if (left > 0) perPrincipal.set(entry.principal, left)
+      else perPrincipal.delete(entry.principal)
+    }
+
+    const open = (principal: string) => Effect.gen(function*() {
       if (entries.size >= options.maxSessions) return yield* new TooManySessions({ max: options.maxSessions })
+      if ((perPrincipal.get(principal) ?? 0) >= options.maxSessionsPerPrincipal) {
+        return yield* new TooManySessions({ max: options.maxSessionsPerPrincipal, principal })
+      }
       const id = randomUUID()
       const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: () => id })
-      const entry: Entry = { id, transport, lastActivity: yield* Clock.currentTimeMillis, pending: new Set(), settled: false }
-      entries.set(id, entry)
+      const entry: Entry = { id, principal, transport, lastActivity: yield* Clock.currentTimeMillis, pending: new Set(), settled: false }
+      add(entry)
       const connected = yield* Deferred.make<void>()
       yield* FiberMap.run(
         fibers,
         id,
         options.serve(new CountingTransport(entry), id, Deferred.succeed(connected, undefined)).pipe(
-          Effect.ensuring(Effect.sync(() => entries.delete(id))),
+          Effect.ensuring(Effect.sync(() => drop(id))),
           Effect.ensuring(Deferred.succeed(connected, undefined)),
           Effect.ensuring(Effect.logDebug(`MCP session ${id} ended`))
         )
@@ -148,7 +180,7 @@ export const make = (options: HttpSessionsOptions) =>
         }
         if (entry.pending.size === 0 && now - entry.lastActivity >= idleMs) {
           yield* Effect.logInfo(`closing MCP session ${entry.id}: idle for ${Math.round((now - entry.lastActivity) / 1000)} s`)
-          entries.delete(entry.id)
+          drop(entry.id)
           yield* FiberMap.remove(fibers, entry.id)
         }
       }

@@ -1,5 +1,5 @@
-import type * as AjvProviderModule from "@modelcontextprotocol/sdk/validation/ajv"
-import type { jsonSchemaValidator, JsonSchemaType, JsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/types.js"
+import type { jsonSchemaValidator, JsonSchemaType, JsonSchemaValidator } from "@modelcontextprotocol/server"
+import type * as AjvProviderModule from "@modelcontextprotocol/server/validators/ajv"
 import { createRequire } from "node:module"
 
 type AjvProvider = typeof AjvProviderModule
@@ -17,7 +17,7 @@ export class LazyJsonSchemaValidator implements jsonSchemaValidator {
   private inner: jsonSchemaValidator | undefined
 
   getValidator<T>(schema: JsonSchemaType): JsonSchemaValidator<T> {
-    this.inner ??= new (require("@modelcontextprotocol/sdk/validation/ajv") as AjvProvider).AjvJsonSchemaValidator()
+    this.inner ??= new (require("@modelcontextprotocol/server/validators/ajv") as AjvProvider).AjvJsonSchemaValidator()
     return this.inner.getValidator<T>(schema)
   }
 }

@@ -1,17 +1,20 @@
-import { Server } from "@modelcontextprotocol/sdk/server/index.js"
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
-import { Protocol, type RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js"
+/**
+ * The MCP server of kilntainers on the SDK's low-level `Server` (v2): the Schema-typed tool
+ * catalogue, the dashboard resource, and how a server instance is made — one per connection
+ * (stdio, a 2025-era HTTP session) or one per request (2026-07-28 over HTTP). Whichever protocol
+ * era the client speaks, the same tools answer; only how a call finds its session differs.
+ */
 import {
   type CallToolResult,
-  ErrorCode,
-  ListResourcesRequestSchema,
-  ListToolsRequestSchema,
-  McpError,
-  ReadResourceRequestSchema,
+  ProtocolError,
+  ProtocolErrorCode,
+  ResourceNotFoundError,
+  Server,
   type ServerCapabilities,
-  type ServerNotification,
-  type ServerRequest
-} from "@modelcontextprotocol/sdk/types.js"
+  type ServerContext,
+  type Transport
+} from "@modelcontextprotocol/server"
+import { serveStdio as sdkServeStdio } from "@modelcontextprotocol/server/stdio"
 import * as Cause from "effect/Cause"
 import type * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -20,15 +23,10 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
-import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import * as z from "zod/v4"
 import { Computers } from "../../services/Computers.js"
-import type { Files } from "../../services/Files.js"
-import type { Processes, ProgressReporter } from "../../services/Processes.js"
-import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
-import * as ArgumentErrors from "../../domain/ArgumentErrors.js"
+import * as CheckpointTools from "./CheckpointTools.js"
 import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
 import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
@@ -36,22 +34,13 @@ import { maxMessageBytes } from "./Limits.js"
 import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
-import * as ToolCallSpan from "./ToolCallSpan.js"
+import * as TaskMethods from "./TaskMethods.js"
+import * as Tasks from "./Tasks.js"
+import { type Caller, callTool, type Catalogue, type Run, type TaskCreated, type ToolServices } from "./ToolCall.js"
+
+export type { ToolServices } from "./ToolCall.js"
 
 export const serverInfo = { name: "kilntainers", version: "0.1.0" } as const
-
-const text = (value: string): CallToolResult["content"] => [{ type: "text", text: value }]
-
-const errorResult = (message: string): CallToolResult => ({ isError: true, content: text(message) })
-
-const isObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
-
-/** Any tools/call request: its params are checked by the handler, which answers with tool results. */
-const AnyToolCall = z.object({ method: z.literal("tools/call"), params: z.unknown() })
-
-/** What tool calls use: the runtime's services over the backend. */
-export type ToolServices = Processes | Computers | Files
 
 /**
  * The services of tool calls, which may still be starting: the server answers `initialize` and
@@ -103,24 +92,19 @@ const describeFailure = (cause: Cause.Cause<unknown>): string => {
     : String(error)
 }
 
-interface Catalogue {
-  readonly byName: ReadonlyMap<string, Tool.Tool<any, any, ToolServices>>
-  readonly inputSchemas: ReadonlyMap<string, ReturnType<typeof Tool.jsonSchema>>
-  readonly listed: ReadonlyArray<Record<string, unknown>>
-}
-
 const catalogues = new WeakMap<SettingsShape, Catalogue>()
 
 /**
- * The tools of these settings and what tools/list says of them, made once per settings: every
- * HTTP session gets a `Server` of its own, and the JSON Schemas take milliseconds to derive.
+ * The tools of these settings and what tools/list says of them, made once per settings: the JSON
+ * Schemas take milliseconds to derive, and a server instance is made per connection or request.
  */
 const catalogue = (settings: SettingsShape): Catalogue => {
   const cached = catalogues.get(settings)
   if (cached !== undefined) return cached
   const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
-    ...ComputerTools.make()
+    ...ComputerTools.make(),
+    ...CheckpointTools.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {
@@ -132,7 +116,7 @@ const catalogue = (settings: SettingsShape): Catalogue => {
       description: tool.description,
       inputSchema: inputSchemas.get(tool.name)!,
       outputSchema: Tool.jsonSchema(tool.output),
-      annotations: tool.annotations,
+      annotations: Tool.hints(tool.annotations),
       ...(tool.meta ? { _meta: tool.meta } : {})
     }))
   }
@@ -140,121 +124,131 @@ const catalogue = (settings: SettingsShape): Catalogue => {
   return made
 }
 
-/**
- * Builds an MCP `Server` (the SDK's low-level one) whose tools are the Schema-typed tool catalogue.
- * Every call runs as an Effect in the captured runtime, with the services once they have started;
- * a cancelled request interrupts it.
- */
-export const makeServer = (settings: SettingsShape, services: ServicesHandle) => Effect.gen(function*() {
-  const run = Runtime.runPromiseExit(yield* Effect.runtime<never>())
-  const { byName, inputSchemas, listed } = catalogue(settings)
+/** What every server instance of one process shares: the catalogue, the runtime, the services. */
+export interface ServerParts {
+  readonly settings: SettingsShape
+  readonly services: ServicesHandle
+  readonly catalogue: Catalogue
+  readonly run: Run
+  /** The built dashboard page, read on first use. */
+  readonly dashboardPage: Effect.Effect<string, Dashboard.DashboardNotBuilt>
+  /** The task store, where the Tasks extension is served. */
+  readonly tasks: Tasks.Tasks | undefined
+}
 
-  const server = new Server(serverInfo, {
-    jsonSchemaValidator: lazyJsonSchemaValidator,
-    capabilities: {
-      tools: {},
-      resources: {},
-      // MCP Apps: this server's UI resources are HTML apps.
-      extensions: { "io.modelcontextprotocol/ui": { mimeTypes: [Dashboard.mimeType] } }
-    } as ServerCapabilities,
-    instructions: "kilntainers gives you isolated Linux computers. Use sandbox_exec for one-shot commands, " +
-      "spawn/stdin/stdout/wait/kill/ps for long-running and interactive processes."
+/** The parts of the servers made with these settings, in the current runtime. */
+export const makeParts = (settings: SettingsShape, services: ServicesHandle, tasks?: Tasks.Tasks) =>
+  Effect.gen(function*() {
+    const run = Runtime.runPromiseExit(yield* Effect.runtime<never>())
+    return {
+      settings,
+      services,
+      catalogue: catalogue(settings),
+      run: (effect, options) => run(effect, options),
+      dashboardPage: yield* Effect.cached(Dashboard.page),
+      tasks
+    } satisfies ServerParts
   })
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: listed }))
+/**
+ * Which session a request belongs to: the connection's, or, on 2026-07-28 over HTTP, the one its
+ * principal and `_meta` (`ctx.mcpReq._meta`) name. A request that cannot name one is refused with a message for the agent.
+ */
+export type SessionOf = (ctx: ServerContext) => { readonly session: string; readonly done?: () => void } | { readonly refused: string }
 
-  const dashboard = {
-    uri: Dashboard.resourceUri,
-    name: "computers",
-    title: "Sandbox Computer Dashboard",
-    description: "Interactive dashboard of the sandbox computers (MCP App)",
-    mimeType: Dashboard.mimeType,
-    _meta: Dashboard.resourceMeta
-  }
-  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: [dashboard] }))
-  // The built page, read once per session on first use.
-  const dashboardPage = yield* Effect.cached(Dashboard.page)
-  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
-    if (request.params.uri !== Dashboard.resourceUri) {
-      throw new McpError(ErrorCode.InvalidParams, `unknown resource '${request.params.uri}'`)
-    }
-    const page = await run(Effect.tapError(dashboardPage, (error) => Effect.logError(error.message)))
+const dashboard = {
+  uri: Dashboard.resourceUri,
+  name: "computers",
+  title: "Sandbox Computer Dashboard",
+  description: "Interactive dashboard of the sandbox computers (MCP App)",
+  mimeType: Dashboard.mimeType,
+  _meta: Dashboard.resourceMeta
+}
+
+const capabilities = {
+  tools: {},
+  resources: {},
+  // None of either: declared so that clients (and the conformance suite) get empty answers, not errors.
+  prompts: {},
+  completions: {},
+  // Protocol logging (2025 revisions): the SDK answers logging/setLevel; this server logs to stderr.
+  logging: {},
+  // MCP Apps: this server's UI resources are HTML apps.
+  extensions: { "io.modelcontextprotocol/ui": { mimeTypes: [Dashboard.mimeType] } }
+} satisfies ServerCapabilities
+
+const withTasks = {
+  ...capabilities,
+  extensions: { ...capabilities.extensions, [Tasks.tasksExtension]: {} }
+} satisfies ServerCapabilities
+
+const instructions = "kilntainers gives you isolated Linux computers. Use sandbox_exec for one-shot commands, " +
+  "spawn/stdin/stdout/wait/kill/ps for long-running and interactive processes."
+
+/**
+ * A server instance. Its tools/list is the catalogue (cacheable for an hour on 2026-07-28: it only
+ * changes with the server's flags); every tools/call goes to `callTool` with its raw params, through
+ * the SDK's handler for methods without one of their own — the SDK's own tools/call handler would
+ * answer malformed arguments with a protocol error, and a model reads tool results, not those.
+ */
+export const buildServer = (parts: ServerParts, sessionOf: SessionOf): Server => {
+  const server = new Server(serverInfo, {
+    jsonSchemaValidator: lazyJsonSchemaValidator,
+    capabilities: parts.tasks === undefined ? capabilities : withTasks,
+    instructions,
+    cacheHints: { "tools/list": { ttlMs: 3_600_000, cacheScope: "public" }, "resources/list": { ttlMs: 3_600_000, cacheScope: "public" } }
+  })
+  server.setRequestHandler("tools/list", () => ({ tools: parts.catalogue.listed as Array<never> }))
+  server.setRequestHandler("resources/list", () => ({ resources: [dashboard] }))
+  server.setRequestHandler("prompts/list", () => ({ prompts: [] }))
+  server.setRequestHandler("completion/complete", () => ({ completion: { values: [], hasMore: false } }))
+  server.setRequestHandler("resources/read", async (request) => {
+    if (request.params.uri !== Dashboard.resourceUri) throw new ResourceNotFoundError(request.params.uri, `unknown resource '${request.params.uri}'`)
+    const page = await parts.run(Effect.tapError(parts.dashboardPage, (error) => Effect.logError(error.message)))
     if (Exit.isFailure(page)) {
       const reason = Option.match(Cause.failureOption(page.cause), { onNone: () => "interrupted", onSome: (error) => error.message })
-      throw new McpError(ErrorCode.InternalError, reason)
+      throw new ProtocolError(ProtocolErrorCode.InternalError, reason)
     }
     return { contents: [{ uri: Dashboard.resourceUri, mimeType: Dashboard.mimeType, text: page.value, _meta: Dashboard.resourceMeta }] }
   })
-
-  const callTool = async (params: unknown, extra: RequestHandlerExtra<ServerRequest, ServerNotification>): Promise<CallToolResult> => {
-    const call = isObject(params) ? params : {}
-    const name = typeof call.name === "string" ? call.name : ""
-    const tool = byName.get(name)
-    const args = call.arguments === undefined ? {} : call.arguments
-    const meta = isObject(call._meta) ? call._meta : {}
-    const token = typeof meta.progressToken === "string" || typeof meta.progressToken === "number" ? meta.progressToken : undefined
-    const progress: ProgressReporter | undefined = token === undefined ? undefined : (p) =>
-      Effect.tryPromise(() =>
-        extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, ...p } })
-      ).pipe(Effect.ignore)
-    const session = extra.sessionId ?? "stdio"
-    const invalid = (message: string) => Effect.fail({ _tag: "InvalidInput", message })
-    const outcome: Effect.Effect<CallToolResult, { readonly _tag: string; readonly message: string }, Processes | Computers | Files> =
-      typeof call.name !== "string"
-        ? invalid("tools/call needs the tool's name (params.name, a string)")
-        : tool === undefined
-        ? Effect.succeed(errorResult(`unknown tool '${name}'; available: ${[...byName.keys()].join(", ")}`))
-        : !isObject(args)
-        ? invalid(`invalid arguments for ${tool.name}: arguments must be an object of named arguments, not ${ArgumentErrors.kindOf(args)}`)
-        : Schema.decodeUnknown(tool.input)(args, { onExcessProperty: "error", errors: "all" }).pipe(
-          Effect.mapError((error) => ({
-            _tag: "InvalidInput",
-            message: ArgumentErrors.describe(tool.name, inputSchemas.get(tool.name)!, args, error)
-          })),
-          Effect.flatMap((input) => tool.handle(input, { session, progress })),
-          Effect.locally(CurrentProgress, progress),
-          Effect.flatMap((output) => Schema.encode(tool.output)(output).pipe(Effect.orDie)),
-          Effect.map((encoded): CallToolResult => ({
-            // Compact: every byte of a result costs the agent context.
-            content: text(JSON.stringify(tool.text ? tool.text(encoded) : encoded)),
-            structuredContent: encoded as Record<string, unknown>
-          }))
-        )
-    const program = ToolCallSpan.traced(
-      {
-        tool: name,
-        session,
-        sessionId: extra.sessionId,
-        requestId: extra.requestId,
-        meta,
-        arguments: args,
-        client: server.getClientVersion()
-      },
-      outcome,
-      // No structuredContent on errors: clients validate it against the tool's outputSchema.
-      (error) => errorResult(`${error._tag}: ${error.message}`)
-    )
-    const withServices = Effect.flatMap(Effect.either(services.await), (started) =>
-      started._tag === "Left"
-        ? Effect.succeed(errorResult(`the ${settings.backend} backend could not start: ${started.left}`))
-        : Effect.provide(program, started.right))
-    const exit = await run(withServices, { signal: extra.signal })
-    if (Exit.isSuccess(exit)) return exit.value
-    if (Cause.isInterruptedOnly(exit.cause)) return errorResult("the call was cancelled")
-    await run(Effect.logError("tool call failed", exit.cause))
-    return errorResult(`internal error in ${name}: ${Cause.pretty(exit.cause).split("\n")[0]}`)
+  const callParts = { settings: parts.settings, catalogue: parts.catalogue, run: parts.run, services: parts.services.await, tasks: parts.tasks }
+  server.fallbackRequestHandler = async (request, ctx): Promise<CallToolResult | TaskCreated> => {
+    if (request.method !== "tools/call") throw new ProtocolError(ProtocolErrorCode.MethodNotFound, "Method not found")
+    const found = sessionOf(ctx)
+    if ("refused" in found) return { isError: true, content: [{ type: "text", text: found.refused }] }
+    const caller: Caller = {
+      session: found.session,
+      sessionId: ctx.sessionId,
+      client: server.getClientVersion(),
+      acceptsTasks: TaskMethods.acceptsTasks(ctx)
+    }
+    try {
+      return await callTool(callParts, request.params, ctx, caller)
+    } finally {
+      found.done?.()
+    }
   }
-  // The SDK's Server checks tools/call params itself and answers malformed arguments with a JSON-RPC
-  // error; a model reads tool results, not protocol errors, so every call comes here and a bad one
-  // gets an isError result it can act on.
-  const setRequestHandler = Protocol.prototype.setRequestHandler as (
-    this: Server,
-    schema: typeof AnyToolCall,
-    handler: (request: z.infer<typeof AnyToolCall>, extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => Promise<CallToolResult>
-  ) => void
-  setRequestHandler.call(server, AnyToolCall, (request, extra) => callTool(request.params, extra))
+  if (parts.tasks !== undefined) TaskMethods.register(server, parts.tasks, parts.run, sessionOf)
   return server
-})
+}
+
+/** The session of every request on one connection. */
+export const connectionSession = (session: string): SessionOf => () => ({ session })
+
+/**
+ * A server whose calls all belong to `session` (a connection's, or the HTTP transport's session
+ * id when it has one), in the current runtime.
+ */
+export const makeServer = (settings: SettingsShape, services: ServicesHandle, session = "stdio") =>
+  Effect.map(makeParts(settings, services), (parts) =>
+    buildServer(parts, (ctx) => ({ session: ctx.sessionId ?? session })))
+
+/** Releases a session's temporary computers, if the services have started (computers exist only then). */
+export const releaseSession = (services: ServicesHandle, session: string) =>
+  Effect.flatMap(services.poll, Option.match({
+    onNone: () => Effect.void,
+    onSome: (context) => Effect.flatMap(Computers, (computers) => computers.release(session)).pipe(Effect.provide(context))
+  }))
 
 /**
  * Serves one MCP session over a transport until the client goes away (transport closed), then
@@ -268,16 +262,10 @@ export const serve = (
   onConnected: Effect.Effect<void> = Effect.void
 ) =>
   Effect.gen(function*() {
-    const server = yield* makeServer(settings, services)
+    const server = yield* makeServer(settings, services, session)
     const closed = yield* Deferred.make<void>()
     server.onclose = () => Deferred.unsafeDone(closed, Exit.void)
-    // Computers exist only once the services have started.
-    yield* Effect.addFinalizer(() =>
-      Effect.flatMap(services.poll, Option.match({
-        onNone: () => Effect.void,
-        onSome: (context) => Effect.flatMap(Computers, (computers) => computers.release(session)).pipe(Effect.provide(context))
-      }))
-    )
+    yield* Effect.addFinalizer(() => releaseSession(services, session))
     yield* Effect.acquireRelease(
       Effect.promise(() => server.connect(transport)),
       () => Effect.promise(() => server.close()).pipe(Effect.timeout("5 seconds"), Effect.interruptible, Effect.ignore)
@@ -287,8 +275,10 @@ export const serve = (
   }).pipe(Effect.scoped)
 
 /**
- * Serves MCP over this process's stdin/stdout until stdin ends, answering at once while the layer
- * (the backend) starts. Nothing else may write to stdout.
+ * Serves MCP over this process's stdin/stdout until stdin ends (or stdout breaks), answering at once while the layer
+ * (the backend) starts. The SDK's stdio entry decides the era from the client's first message (a
+ * 2025 `initialize`, or 2026-07-28 requests that carry their own envelope); either way the
+ * connection is one session. Nothing else may write to stdout.
  */
 export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolServices, E>) => Effect.gen(function*() {
   const services = yield* starting(layer)
@@ -303,13 +293,27 @@ export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolSe
     Effect.sync(() => {
       process.stdin.on("end", onEnd)
       process.stdin.on("close", onEnd)
+      // A client that closed its end of stdout is gone as surely as one that closed stdin.
+      process.stdout.on("error", onEnd)
     }),
     () =>
       Effect.sync(() => {
         process.stdin.off("end", onEnd)
         process.stdin.off("close", onEnd)
+        process.stdout.off("error", onEnd)
       })
   )
-  yield* Effect.raceFirst(serve(settings, services, transport, "stdio"), Deferred.await(stdinEnded))
-  yield* Effect.logDebug("stdin closed: shutting down")
+  const parts = yield* makeParts(settings, services, yield* Tasks.make(Tasks.defaults))
+  yield* Effect.addFinalizer(() => releaseSession(services, "stdio"))
+  yield* Effect.acquireRelease(
+    Effect.sync(() =>
+      sdkServeStdio(() => buildServer(parts, connectionSession("stdio")), {
+        transport,
+        onerror: (error) => runFork(Effect.logDebug(`stdio: ${error.message}`))
+      })
+    ),
+    (handle) => Effect.promise(() => handle.close()).pipe(Effect.timeout("5 seconds"), Effect.interruptible, Effect.ignore)
+  )
+  yield* Deferred.await(stdinEnded)
+  yield* Effect.logDebug("stdin closed or stdout broken: shutting down")
 }).pipe(Effect.scoped)

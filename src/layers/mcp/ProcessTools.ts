@@ -3,11 +3,15 @@
  * process-mcp's meaning), wait, and Kilntainers' sandbox_exec. Each takes its input Schema from the
  * service (`services/ProcessInputs.ts`, every check there) with words for clients, calls one
  * Processes method with the calling session and the decoded input, and returns what it answers.
+ *
+ * Every agent reads the input side of tools/list (names, descriptions, input schemas) in every
+ * conversation, so it says what a model must know once: a tool's description carries what its
+ * arguments mean, and an argument whose name and type say it has no description of its own
+ * (test/layers/mcp/ToolSurface.test.ts keeps the whole under its budget and checks that the facts an
+ * agent needs are there). Results describe every field: output schemas are outside that budget.
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
-import { describeEscapes } from "../../domain/StdinEscapes.js"
-import { envNameRule } from "../../domain/Environment.js"
 import type { ProcessError } from "../../domain/Errors.js"
 import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../../services/ProcessInputs.js"
@@ -19,23 +23,17 @@ const described = <S extends Schema.Schema<any, any, never>>(schema: S, descript
   schema.annotations({ description }) as S
 const Text = (description: string) => described(Schema.String, description)
 
-const envText = `Environment variables for this process, on top of the computer's minimal environment (${envNameRule})`
+/** Where a process starts: said once, on the two tools that start one. */
 const computerText = {
-  computer_id: "Computer slug (1-63 of a-z, 0-9, '-'); omit for this session's default computer",
-  temporary: "Remove the computer when this session ends (default true); false keeps it, reachable by id"
+  computer_id: "Omit: this session's computer",
+  temporary: "false: keep it after this session"
 }
-const pidText = "The process handle that spawn returned (ps lists them)"
-const Pid = Text(pidText)
-/** The words for the process every call after spawn names. */
-const refText = { id: pidText, computer_id: "The process's computer (optional; checked when given)" }
+const Pid = Text("The process handle that spawn returned (ps lists them)")
 /** A tool's one service call: a Processes method with the calling session (and, for those that wait, its progress). */
 const calling = <I, O>(
   method: (processes: Processes["Type"]) => (session: string, input: I, progress?: ProgressReporter) => Effect.Effect<O, ProcessError>
 ) =>
 (input: I, context: Tool.ToolContext) => Effect.flatMap(Processes, (processes) => method(processes)(context.session, input, context.progress))
-
-const maxBytesText = (settings: SettingsShape) =>
-  `Most output bytes inline, both streams together (default ${settings.inlineBytes}); longer output keeps head and tail`
 
 // ---- result fields, in one place for every tool --------------------------------------------------
 const State = {
@@ -68,20 +66,20 @@ const Output = {
     "TTY: the terminal (cursor, size, alternate screen of a full-screen app)"
   ))
 }
-const Note = Schema.optional(Text("Something to know about this call (a capped wait)"))
+const Note = Schema.optional(Text("Something to know about this call (a capped wait, a pattern not seen)"))
+const Refused = Schema.optional(described(
+  Schema.Array(Schema.Struct({ host: Schema.String, port: Schema.Number, reason: Text("Why, and the --allow-host that would allow it") })),
+  "Network requests of this computer the egress allowlist refused during the call (stdout: since the process started)"
+))
 
 const execDescription = (settings: SettingsShape) => {
   const base = settings.toolInstructionOverride ??
-    `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. ` +
-      `Each call is independent: no state (shell variables, working directory) persists between calls, but the ` +
-      `filesystem does persist (home directory /home/agent). To write a file, pass its content as stdin ` +
-      `(e.g. command="cat > file.txt"). Use args instead of command to run a program without a shell. ` +
-      `Commands time out after ${settings.timeout} seconds by default (set timeout in seconds); on timeout the ` +
-      `whole process tree is killed, exit_code is 124 and the output so far is returned. A command whose stdout ` +
-      `and stderr together pass ${settings.outputLimit} bytes is stopped the same way (exit_code 1, "output limit ` +
-      `exceeded"). Output over ${Math.min(settings.inlineBytes, settings.outputLimit)} bytes keeps its head and tail ` +
-      `here (pid and next let stdout read the rest). ` +
-      `Network access is ${settings.network ? "enabled" : "disabled"}. For long-running or interactive programs use spawn.`
+    `Execute a shell command in an isolated Linux sandbox computer. Commands run in ${settings.shell}. Each call is ` +
+      `independent: files persist (home /home/agent), shell state does not. To write a file, pass it as stdin ` +
+      `(command="cat > f"); args: argv, no shell. Commands time out after ${settings.timeout} seconds by default ` +
+      `(timeout, in s): the tree is killed, exit_code 124, output kept; over ${settings.outputLimit} output bytes, ` +
+      `exit_code 1. Long output keeps head and tail (stdout with pid, next: the rest). Network ` +
+      `${settings.network ? "enabled" : "disabled"}. Long-running or interactive: spawn.`
   return settings.extendedToolInstruction ? `${base}\n\n${settings.extendedToolInstruction}` : base
 }
 
@@ -89,28 +87,17 @@ const execDescription = (settings: SettingsShape) => {
 export const make = (settings: SettingsShape) => [
   Tool.make({
     name: "spawn",
-    description: "Execute a command. It runs until it exits, its output matches `pattern`, or timeoutMs passes " +
-      `(default ${settings.spawnTimeoutMs}); a process still running then moves to the background and keeps running — ` +
-      "you get its pid and the output so far. background=true returns at once. tty=true gives a real terminal " +
-      "(vim, less, a REPL, top): stdout is then the rendered screen.",
-    input: Tool.described(SpawnInput, {
-      command: `Shell command line, run with ${settings.shell} -c`,
-      cwd: "Working directory (default the computer's home, /home/agent)",
-      env: envText,
-      tty: "Run on a real terminal",
-      background: "Return at once; the process runs in the background",
-      timeoutMs: `Longest wait before returning with the process still running (default ${settings.spawnTimeoutMs}; at most ${settings.maxCallMs} without a progress token)`,
-      pattern: "Return as soon as the output matches this regular expression (a ready line)",
-      cols: `Terminal columns (tty, default ${settings.cols})`,
-      rows: `Terminal rows (tty, default ${settings.rows})`,
-      maxBytes: maxBytesText(settings),
-      ...computerText
-    }),
+    description: `Start a command (${settings.shell} -c). Returns when it exits, its output matches pattern (RE2) or ` +
+      `timeoutMs passes (default ${settings.spawnTimeoutMs}); it runs on, its pid the id for stdin, stdout, wait, kill. ` +
+      `background=true returns at once. tty=true: a terminal (vim, a REPL), ` +
+      `stdout its screen. Output past maxBytes (default ${settings.inlineBytes}) keeps head and tail.`,
+    input: Tool.described(SpawnInput, computerText),
     output: Schema.Struct({
       ...State,
       ...Output,
       computer_id: Schema.optional(Text("The computer it runs on: the session's default, named once (ps lists every process's computer)")),
       match: Schema.optional(Text("What `pattern` matched")),
+      egress_refused: Refused,
       note: Note
     }),
     annotations: Tool.annotations("Start a process", false, false, false),
@@ -118,12 +105,8 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "ps",
-    description: `List processes: the running ones and the ${settings.psFinished} most recently finished (status and limit show more).`,
-    input: Tool.described(ListFilter, {
-      computer_id: "Only this computer's processes",
-      status: "Only these (default: running plus the last few finished)",
-      limit: "Most processes to list"
-    }),
+    description: `List processes: running, and the last ${settings.psFinished} finished (status, limit: more).`,
+    input: ListFilter,
     output: Schema.Struct({
       processes: Schema.Array(ProcessInfo),
       hidden: Schema.optional(described(Schema.Number, "Processes not listed (ask with status or limit)"))
@@ -135,15 +118,10 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "stdin",
-    description: `Send input to a process (a TTY or a pipe) and get the output that follows (or the settled screen). ${describeEscapes} ` +
-      "eof=true closes stdin (a pipe) or sends Ctrl-D (a TTY) after the input.",
-    input: Tool.described(StdinInput, {
-      ...refText,
-      input: "Text to send, with escapes",
-      eof: "Close stdin after the input",
-      yieldMs: `Longest wait for the output that follows (default ${settings.stdinYieldMs}; it returns once output pauses)`,
-      maxBytes: maxBytesText(settings)
-    }),
+    description: "Write to a process's stdin; returns what follows once output pauses (at most yieldMs, " +
+      `default ${settings.stdinYieldMs}; a terminal: its screen). Escapes: \\n \\r \\t \\e \\\\ \\0 ` +
+      "\\xHH (\\x03: Ctrl-C) \\uHHHH. eof=true then closes it (a terminal: Ctrl-D).",
+    input: StdinInput,
     output: Schema.Struct({
       ...State,
       bytes: described(Schema.Number, "Bytes written"),
@@ -155,28 +133,17 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "stdout",
-    description: "View a process's output: its last `lines` lines (default 100), or what came since the cursors of an " +
-      "earlier result (stdoutCursor/stderrCursor = its `next`). A TTY process: the rendered screen (and scrollback if asked).",
-    input: Tool.described(ReadInput, {
-      ...refText,
-      lines: "Last N lines (default 100 when no cursor is given)",
-      stdoutCursor: "Read stdout from this byte offset",
-      stderrCursor: "Read stderr from this byte offset",
-      maxBytes: maxBytesText(settings),
-      scrollback: "TTY: also the lines that scrolled off the screen"
-    }),
-    output: Schema.Struct({ ...State, ...Output }),
+    description: "A process's output: the last lines (default 100), or from cursors (an earlier result's next). A " +
+      "terminal: its screen (scrollback=true: and above).",
+    input: ReadInput,
+    output: Schema.Struct({ ...State, ...Output, egress_refused: Refused }),
     annotations: Tool.annotations("Read output", true, false, true),
     handle: calling((processes) => processes.read)
   }),
   Tool.make({
     name: "kill",
-    description: "Send a signal to a process and its whole process group (default SIGTERM; also SIGKILL, SIGINT, SIGHUP, … " +
-      "or a number). SIGKILL ends its whole tree, background and setsid children included. Reports how it stands after.",
-    input: Tool.described(KillInput, {
-      ...refText,
-      signal: "Signal name or number (default SIGTERM)"
-    }),
+    description: "Signal a process group (default SIGTERM; a name or number); SIGKILL ends the whole tree.",
+    input: KillInput,
     output: Schema.Struct({
       ...State,
       sent: Text("The signal sent"),
@@ -188,22 +155,16 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "wait",
-    description: "Wait for a process until it exits (default), its output matches `pattern`, or it is quiet for `quietMs` — " +
-      `bounded by timeoutMs (default 30000; at most ${settings.maxCallMs} without a progress token). Returns the output that ` +
-      "arrived meanwhile. Cancelling the call ends the wait, not the process.",
-    input: Tool.described(WaitInput, {
-      ...refText,
-      pattern: "Regular expression to look for in the output",
-      quietMs: "Return once no output came for this long",
-      timeoutMs: "Longest wait in ms",
-      maxBytes: maxBytesText(settings)
-    }),
+    description: "Wait until a process exits, its output matches pattern (RE2) or is quiet for quietMs, at most " +
+      `timeoutMs (default 30000; ${settings.maxCallMs} without progress token); returns the output meanwhile.`,
+    input: WaitInput,
     output: Schema.Struct({
       ...State,
       outcome: described(Schema.Literal("exited", "matched", "quiet", "timeout"), "Why the wait ended"),
       match: Schema.optional(Text("What `pattern` matched")),
       waitedMs: described(Schema.Number, "How long it waited"),
       ...Output,
+      egress_refused: Refused,
       note: Note
     }),
     annotations: Tool.annotations("Wait for a process", true, false, false),
@@ -212,15 +173,7 @@ export const make = (settings: SettingsShape) => [
   Tool.make({
     name: "sandbox_exec",
     description: execDescription(settings),
-    input: Tool.described(ExecInput, {
-      command: `Shell command line, run with ${settings.shell} -c`,
-      args: "argv to run without a shell (instead of command)",
-      stdin: "Text piped to the command's stdin, then EOF",
-      working_directory: "Absolute working directory (default /home/agent)",
-      timeout: `Seconds before the command is killed (default ${settings.timeout})`,
-      env: envText,
-      ...computerText
-    }),
+    input: Tool.described(ExecInput, computerText),
     output: Schema.Struct({
       stdout: Text("stdout (head and tail when long)"),
       stderr: Text("stderr, with kilntainers' notes in [brackets]"),
@@ -236,6 +189,7 @@ export const make = (settings: SettingsShape) => [
       pid: Schema.optional(Text("Process handle: stdout reads the rest of cut output, wait follows a command still running")),
       running: Schema.optional(Schema.Literal(true)),
       next: Schema.optional(Cursors),
+      egress_refused: Refused,
       note: Note
     }),
     annotations: Tool.annotations("Run a command", false, true, false),

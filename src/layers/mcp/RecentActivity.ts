@@ -1,7 +1,7 @@
 /**
  * The dashboard's "recent activity": the audit log's latest entries for the computers a session may
- * see, each in one line. Present in `computer_list` / `computer_dashboard` results only when there
- * is something to show.
+ * see, each in one line. Present in `computer_dashboard` results, and in `computer_list` results when
+ * asked for (`audit: true`, as the dashboard's refresh does), only when there is something to show.
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"

@@ -1,5 +1,4 @@
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
-import { ErrorCode, type JSONRPCMessage, JSONRPCMessageSchema } from "@modelcontextprotocol/sdk/types.js"
+import { type JSONRPCMessage, parseJSONRPCMessage, ProtocolErrorCode, type Transport } from "@modelcontextprotocol/server"
 import type { Readable, Writable } from "node:stream"
 import { RequestIdScanner } from "./RequestIdScanner.js"
 
@@ -49,6 +48,13 @@ export class StdioTransport implements Transport {
 
   private readonly onError = (error: Error) => this.onerror?.(error)
 
+  /** Why stdout can no longer be written (the client closed its end: EPIPE), once it happened. */
+  private broken: Error | undefined = undefined
+  private readonly onStdoutError = (error: Error) => {
+    this.broken ??= error
+    this.onerror?.(error)
+  }
+
   private take(bytes: Buffer) {
     this.size += bytes.length
     if (this.skipping) return this.skipping.feed(bytes)
@@ -76,7 +82,7 @@ export class StdioTransport implements Transport {
       "it was not read (file_write takes at most 16 MiB of content: send large files in parts with append=true)"
     if (id === undefined) return this.options.warn(`stdio: skipped a message without a readable id: ${message}`)
     this.options.warn(`stdio: request ${JSON.stringify(id)} refused: ${message}`)
-    this.reply(id, ErrorCode.InvalidRequest, message)
+    this.reply(id, ProtocolErrorCode.InvalidRequest, message)
   }
 
   private receive(line: string) {
@@ -85,13 +91,18 @@ export class StdioTransport implements Transport {
       json = JSON.parse(line)
     } catch {
       this.options.warn("stdio: a line that is not JSON was answered with a parse error")
-      return this.reply(null, ErrorCode.ParseError, "parse error: the message is not valid JSON")
+      return this.reply(null, ProtocolErrorCode.ParseError, "parse error: the message is not valid JSON")
     }
-    const parsed = JSONRPCMessageSchema.safeParse(json)
-    if (parsed.success) return this.onmessage?.(parsed.data)
+    let message: JSONRPCMessage | undefined
+    try {
+      message = parseJSONRPCMessage(json)
+    } catch {
+      message = undefined
+    }
+    if (message !== undefined) return this.onmessage?.(message)
     const id = typeof json === "object" && json !== null && "id" in json ? (json as { id: unknown }).id : undefined
     if (typeof id === "string" || typeof id === "number") {
-      return this.reply(id, ErrorCode.InvalidRequest, "invalid request: not a JSON-RPC 2.0 message")
+      return this.reply(id, ProtocolErrorCode.InvalidRequest, "invalid request: not a JSON-RPC 2.0 message")
     }
     this.options.warn("stdio: skipped a message that is not JSON-RPC 2.0")
   }
@@ -103,9 +114,18 @@ export class StdioTransport implements Transport {
   }
 
   private write(message: unknown) {
-    return new Promise<void>((resolve) => {
-      if (this.stdout.write(`${JSON.stringify(message)}\n`)) resolve()
-      else this.stdout.once("drain", resolve)
+    return new Promise<void>((resolve, reject) => {
+      if (this.broken !== undefined) return reject(this.broken)
+      if (this.stdout.write(`${JSON.stringify(message)}\n`)) return resolve()
+      // A write waiting for room ends either way: drained, or stdout broke (it would never drain).
+      const settle = (error?: Error) => {
+        this.stdout.off("drain", settle)
+        this.stdout.off("error", settle)
+        if (error === undefined) resolve()
+        else reject(error)
+      }
+      this.stdout.once("drain", settle)
+      this.stdout.once("error", settle)
     })
   }
 
@@ -114,6 +134,9 @@ export class StdioTransport implements Transport {
     this.started = true
     this.stdin.on("data", this.onData)
     this.stdin.on("error", this.onError)
+    // Never taken off: a write still in flight after close must not make an unhandled 'error' event
+    // (which would end the process with a stack trace instead of a clean shutdown).
+    this.stdout.on("error", this.onStdoutError)
   }
 
   send(message: JSONRPCMessage) {

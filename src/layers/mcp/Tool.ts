@@ -12,22 +12,28 @@ export interface ToolContext {
   readonly progress: ProgressReporter | undefined
 }
 
+/** MCP's tool annotations; a hint left out means MCP's default (not read-only, destructive, not idempotent, open world). */
 export interface ToolAnnotations {
   readonly title: string
-  readonly readOnlyHint: boolean
-  readonly destructiveHint: boolean
-  readonly idempotentHint: boolean
-  readonly openWorldHint: boolean
+  readonly readOnlyHint?: boolean
+  readonly destructiveHint?: boolean
+  readonly idempotentHint?: boolean
+  readonly openWorldHint?: boolean
 }
 
-/** A tool's hints to clients. None of ours reaches beyond its computers (openWorldHint false). */
+/**
+ * A tool's annotations with only the hints that differ from MCP's defaults: tools/list is in every
+ * conversation. (`destructive` means nothing for a read-only tool.) No tool here reaches an open world.
+ */
 export const annotations = (title: string, readOnly: boolean, destructive: boolean, idempotent: boolean): ToolAnnotations => ({
   title,
-  readOnlyHint: readOnly,
-  destructiveHint: destructive,
-  idempotentHint: idempotent,
+  ...(readOnly ? { readOnlyHint: true } : destructive ? {} : { destructiveHint: false }),
+  ...(idempotent ? { idempotentHint: true } : {}),
   openWorldHint: false
 })
+
+/** The annotations as tools/list carries them: the title is the tool's own (`title`), said once. */
+export const hints = ({ title: _title, ...hints }: ToolAnnotations): Omit<ToolAnnotations, "title"> => hints
 
 /** A tool: Schema-typed input and output, one service call. */
 export interface Tool<I, O, R> {
@@ -45,7 +51,7 @@ export interface Tool<I, O, R> {
 
 export const make = <I, O, R>(tool: Tool<I, O, R>): Tool<I, O, R> => tool
 
-const describeFields = (ast: AST.AST, descriptions: Readonly<Record<string, string>>): AST.AST => {
+const describeFields = (ast: AST.AST, descriptions: Readonly<Record<string, string | undefined>>): AST.AST => {
   switch (ast._tag) {
     case "TypeLiteral":
       return new AST.TypeLiteral(
@@ -68,13 +74,13 @@ const describeFields = (ast: AST.AST, descriptions: Readonly<Record<string, stri
 }
 
 /**
- * A service's input Schema with each argument described for clients (tools/list), every one of
- * them; what it decodes is unchanged. The Schema (and its checks) belongs to the service; the
- * words, which name this server's defaults, to the tool.
+ * A service's input Schema with arguments described for clients (tools/list): those whose name, type
+ * and the tool's description leave a doubt (ProcessTools' header); what it decodes is unchanged. The
+ * Schema (and its checks) belongs to the service; the words, which name this server's defaults, to the tool.
  */
 export const described = <A, I>(
   schema: Schema.Schema<A, I>,
-  descriptions: { readonly [K in keyof I & string]-?: string }
+  descriptions: { readonly [K in keyof I & string]?: string }
 ): Schema.Schema<A, I> => Schema.make(describeFields(schema.ast, descriptions))
 
 /** Effect's own names for refinements (`int`, `between(1, 9)`): not for a client's eyes. */

@@ -5,7 +5,7 @@
  * `tool_error` for a result with `isError` (`kilntainers.error` gives the error's tag), and the
  * size of the result in bytes. Never the arguments or the output.
  */
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
+import type { CallToolResult } from "@modelcontextprotocol/server"
 import * as Effect from "effect/Effect"
 import { ClientSpan, fromMeta } from "../tracing/TraceContext.js"
 import { annotate, Attr, type Attributes, enabled, span } from "../../services/Spans.js"

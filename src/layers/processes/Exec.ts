@@ -38,7 +38,8 @@ export const plan = (settings: SettingsShape, input: ExecInput): ExecPlan => ({
   stdin: input.stdin
 })
 
-const appendLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}`
+/** `line` after `text`, on a line of its own (kilntainers' notes in stderr). */
+export const appendLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}`
 
 /** Kilntainers' exit code for a command whose output passed the limit. */
 export const outputLimitExitCode = 1

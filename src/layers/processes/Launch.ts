@@ -8,6 +8,7 @@ import * as Effect from "effect/Effect"
 import { processEnvironment } from "../../domain/Environment.js"
 import type { ComputerHandle } from "../../services/Computers.js"
 import type { OutputLimit, ProcessHandle } from "../../services/Processes.js"
+import { noteSubject } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import type * as ProcessAudit from "./ProcessAudit.js"
 import type { ProcessTable } from "./ProcessTable.js"
@@ -77,6 +78,8 @@ export const make = (options: {
         onExit: (ended) => Effect.zipRight(table.finished(ended), audit.ended(ended, session))
       }).pipe(Effect.tapError((error) => audit.failed(audited, error.message)))
       yield* table.add(process, computer)
+      // The call now concerns this process: a task made of it is named after it (Tasks.ts).
+      yield* noteSubject(computer.id, id)
       return process
     })
 }

@@ -57,6 +57,18 @@ export const callBudget = (
 }
 
 /**
+ * What a call says when the pattern it waited for did not come and the process runs on: the usual
+ * cause is a program that holds its output in a buffer while it writes to a pipe (the process has
+ * no terminal), so the line is printed but not yet written — the agent sees "" and no hint.
+ */
+export const patternNotSeen = (id: string, waitedMs: number, tty: boolean): string =>
+  `pattern not seen in ${waitedMs} ms; ${id} runs on. ` +
+  (tty
+    ? `wait(pattern) watches on, or stdout shows the screen.`
+    : `If it buffers output on a pipe it may have printed it already: use python3 -u (PYTHONUNBUFFERED=1 is set), ` +
+      `stdbuf -oL, or tty=true; wait(pattern) watches on.`)
+
+/**
  * The screen as a pattern sees it: rendered rows drop their trailing spaces, but on the cursor's
  * row the spaces before the cursor are what a prompt ends with (`>>> `, `name? `), so they stay.
  */

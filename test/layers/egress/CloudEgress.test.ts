@@ -37,6 +37,20 @@ describe("CloudEgress", () => {
     )
   })
 
+  it("refuses E2B header rules its API refuses: a *.x name, an address, more than 10 names, oversized headers", () => {
+    const header = (rule: string, value = "v") => ({ rule, value: Redacted.make(value) })
+    const withHeaders = (...headers: Array<ReturnType<typeof header>>) =>
+      CloudEgress.e2bNetwork(settings({ allowHosts: ["*.github.com", "10.0.0.5", ...headers.map((h) => h.rule.split(":")[0]!)], headers }))
+    assert.include(left(withHeaders(header("*.github.com:Authorization=GH"))), "--egress-header *.github.com: E2B's header rules take exact names")
+    assert.include(left(withHeaders(header("10.0.0.5:Authorization=GH"))), "--egress-header 10.0.0.5: E2B's header rules take names, not addresses")
+    const eleven = Array.from({ length: 11 }, (_, i) => header(`h${i}.example.com:X-Key=K`))
+    assert.include(left(withHeaders(...eleven)), "E2B takes header rules for at most 10 names, got 11")
+    assert.include(left(withHeaders(header(`a.test:X-${"n".repeat(63)}=K`))), "header names of at most 64 characters")
+    assert.include(left(withHeaders(header("a.test:X-Key=K", "v".repeat(2049)))), "values of at most 2048 characters")
+    const ten = right(withHeaders(...eleven.slice(0, 10)))
+    assert.strictEqual(Object.keys(ten?.rules ?? {}).length, 10)
+  })
+
   it("maps names onto Modal's domain allowlist and addresses onto its CIDR allowlist, and refuses header rules", () => {
     const outbound = right(CloudEgress.modalOutbound(settings({ allowHosts: ["pypi.org", "*.github.com", "10.0.0.5", "2001:db8::1"] })))
     assert.deepStrictEqual(outbound, { domains: ["pypi.org", "*.github.com"], cidrs: ["10.0.0.5/32", "2001:db8::1/128"] })
@@ -46,6 +60,8 @@ describe("CloudEgress", () => {
       "--egress-header cannot be carried by Modal"
     )
     assert.include(left(CloudEgress.modalOutbound(settings({ allowHosts: ["a.test:443"] }))), "cannot restrict a port")
+    // What Modal would answer "Invalid CIDR" to is refused where the pattern is read (HostPattern.ts).
+    assert.include(left(CloudEgress.modalOutbound(settings({ allowHosts: ["*.10.0.0.1"] }))), "a wildcard applies to names, not addresses")
   })
 
   it("gives Modal's SDK an allowlist, never together with blockNetwork", () => {

@@ -256,7 +256,7 @@ for (const backend of backends) {
     }, 180_000)
 
     it("the audit log records processes, files, the computer and every egress decision, without the secret", async () => {
-      const list = await server.call("computer_list", {})
+      const list = await server.call("computer_list", { audit: true })
       const activity = list.structured.audit as Array<{ kind: string; summary: string; computer_id: string }>
       assert.isArray(activity, list.text)
       assert.includeMembers([...new Set(activity.map((entry) => entry.kind))], ["process.started", "process.ended"])

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Either, Option } from "effect"
-import { bearerToken, tokenMatches, validateToken } from "../../../src/layers/mcp/BearerAuth.js"
+import { authenticate, bearerToken, tokenMatches, validateToken } from "../../../src/layers/mcp/BearerAuth.js"
 
 describe("BearerAuth", () => {
   it("refuses an empty or blank token, whatever the white space", () => {
@@ -33,5 +33,15 @@ describe("BearerAuth", () => {
     assert.isFalse(tokenMatches("s3cret", "Bearer s3cret0"))
     assert.isFalse(tokenMatches("s3cret", undefined))
     assert.isFalse(tokenMatches("s3cret", "Bearer \u00a0"))
+  })
+
+  it("names the principal whose token a request carries, and nobody for any other", () => {
+    const tokens = [{ principal: "default", token: "t0k3n-a" }, { principal: "bob", token: "t0k3n-b" }]
+    assert.deepStrictEqual(authenticate(tokens, "Bearer t0k3n-a"), Option.some("default"))
+    assert.deepStrictEqual(authenticate(tokens, "bearer t0k3n-b"), Option.some("bob"))
+    for (const bad of [undefined, "Bearer t0k3n-", "Bearer t0k3n-bb", "Bearer ", "Basic t0k3n-a"]) {
+      assert.deepStrictEqual(authenticate(tokens, bad), Option.none(), JSON.stringify(bad))
+    }
+    assert.deepStrictEqual(authenticate([], "Bearer t0k3n-a"), Option.none())
   })
 })

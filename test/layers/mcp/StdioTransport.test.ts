@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
-import { PassThrough } from "node:stream"
+import { PassThrough, Writable } from "node:stream"
 import { RequestIdScanner } from "../../../src/layers/mcp/RequestIdScanner.js"
 import { StdioTransport } from "../../../src/layers/mcp/StdioTransport.js"
 
@@ -77,5 +77,24 @@ describe("StdioTransport", () => {
     assert.deepStrictEqual([parse.id, parse.error.code], [null, -32700])
     assert.deepStrictEqual([invalid.id, invalid.error.code], [9, -32600])
     assert.deepStrictEqual(received.map((m) => (m as { id: number }).id), [10])
+  })
+
+  it("a stdout that breaks (the client closed its end) fails the sends, and nothing is thrown", async () => {
+    const stdin = new PassThrough()
+    // A pipe whose reader is gone: each write fails with EPIPE, as process.stdout does then.
+    const stdout = new Writable({
+      highWaterMark: 1,
+      write: (_chunk, _encoding, done) => done(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }))
+    })
+    const errors: Array<string> = []
+    const transport = new StdioTransport(stdin, stdout, { maxMessageBytes: 1024, warn: () => {} })
+    transport.onerror = (error) => errors.push(error.message)
+    await transport.start()
+    const first = await transport.send({ jsonrpc: "2.0", id: 1, result: {} }).then(() => "sent", (error: Error) => error.message)
+    const second = await transport.send({ jsonrpc: "2.0", id: 2, result: {} }).then(() => "sent", (error: Error) => error.message)
+    assert.strictEqual(first, "write EPIPE")
+    assert.strictEqual(second, "write EPIPE")
+    assert.deepStrictEqual(errors, ["write EPIPE"])
+    await transport.close()
   })
 })

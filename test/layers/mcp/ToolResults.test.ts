@@ -90,8 +90,13 @@ describe("tool results an agent can live on", () => {
       const spawned = yield* call("spawn", { command: "server", background: true })
       const lines = Array.from({ length: 20_000 }, (_, i) => `${i + 1}\n`).join("")
       yield* scripted.spawned[0]!.emit({ _tag: "Stdout", data: encoder.encode(lines) })
-      const read = yield* call("stdout", { id: spawned.json.pid, stdoutCursor: 0 })
       const total = encoder.encode(lines).length
+      // The process's drain fiber takes the output in its own time: read once it has all of it.
+      let read = yield* call("stdout", { id: spawned.json.pid, stdoutCursor: 0 })
+      for (let i = 0; i < 100 && read.json.next.stdout < total; i++) {
+        yield* Effect.yieldNow()
+        read = yield* call("stdout", { id: spawned.json.pid, stdoutCursor: 0 })
+      }
       const cut = total - 1000
       assert.strictEqual(read.json.omitted.stdout, cut)
       assert.include(read.json.stdout, `[… ${cut} bytes omitted …]`)
@@ -146,11 +151,10 @@ describe("tool results an agent can live on", () => {
       const { tools } = yield* Effect.promise(() => client.listTools())
       const text = JSON.stringify(tools)
       assert.notMatch(text, /"title":"(int|greaterThanOrEqualTo|between)/)
-      for (const tool of tools) {
-        for (const [name, property] of Object.entries(tool.inputSchema.properties ?? {})) {
-          assert.isString((property as any).description, `${tool.name}.${name} has a description`)
-        }
-      }
+      // Every tool is described; its arguments where they need it (ToolSurface.test.ts).
+      for (const tool of tools) assert.isString(tool.description, tool.name)
+      const spawn = tools.find((tool) => tool.name === "spawn")!
+      assert.isString((spawn.outputSchema?.properties as any)?.pid?.description)
     }))
 
   it.scoped("bad arguments are told in one line a model can act on, without repeating the values", () =>

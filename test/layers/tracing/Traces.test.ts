@@ -92,8 +92,8 @@ describe("traces over OTLP/HTTP", () => {
       assert.strictEqual(tool.attributes["mcp.method.name"], "tools/call")
       assert.strictEqual(tool.attributes["gen_ai.tool.name"], "spawn")
       assert.strictEqual(tool.attributes["gen_ai.operation.name"], "execute_tool")
-      // A transport without MCP session ids (stdio, in-memory) is the "stdio" session.
-      assert.strictEqual(tool.attributes["kilntainers.session"], "stdio")
+      // A transport without MCP session ids (stdio, in-memory) is one session: the connection's.
+      assert.strictEqual(tool.attributes["kilntainers.session"], "session-1")
       assert.strictEqual(tool.attributes["network.transport"], "pipe")
       assert.notProperty(tool.attributes, "mcp.session.id")
       assert.strictEqual(tool.attributes["kilntainers.process.id"], "p1")

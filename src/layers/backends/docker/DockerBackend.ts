@@ -29,6 +29,9 @@ import type * as Relay from "../agent/Relay.js"
 import type * as MountObjects from "../mounts/MountObjects.js"
 import * as MountTemplates from "../mounts/MountTemplates.js"
 import * as AdoptedContainer from "./AdoptedContainer.js"
+import * as ComputerImage from "./ComputerImage.js"
+import { COMPUTER_IMAGE, DEFAULT_BASE, recipeDirectory } from "./ComputerRecipe.js"
+import * as DockerCheckpoints from "./DockerCheckpoints.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
@@ -43,7 +46,10 @@ export { connectionOptions, ping } from "./DockerEngine.js"
 export { containerName, DEFAULT_CAPABILITIES, HOME } from "./DockerContainers.js"
 
 export interface DockerBackendOptions extends DockerEngine.EngineAddress {
-  /** Image of new computers (default "debian:bookworm-slim"); pulled when missing. */
+  /**
+   * Image of new computers: pulled when missing; the default, the computer image, is built on first
+   * use when missing (ComputerImage.ts).
+   */
   readonly image: string
   /** CPUs (NanoCpus); default 1. */
   readonly cpu: number | undefined
@@ -77,7 +83,7 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly egress?: ComputerEgress | undefined
 }
 
-export const DEFAULT_IMAGE = "debian:bookworm-slim"
+export const DEFAULT_IMAGE = COMPUTER_IMAGE
 export const DEFAULT_MEMORY = "1g"
 export const DEFAULT_CPU = 1
 export const DEFAULT_PIDS_LIMIT = 512
@@ -153,7 +159,8 @@ const writesHostFiles = (options: DockerBackendOptions, flags: DockerContainers.
 
 /**
  * The Docker backend, holding the user's directories for as long as the Scope lasts; fails when a
- * setting is wrong, the engine is unreachable or the image cannot be had.
+ * setting is wrong, the engine is unreachable or the image cannot be had. The computer image is built,
+ * when needed, by the first computer that needs it, in that Scope (a cancelled call keeps the build).
  */
 export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type"], ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
@@ -161,7 +168,16 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
     const settings = yield* containerSettings(options, mounts)
     const engine = yield* DockerEngine.make(options)
     yield* DockerEngine.reachable(engine)
-    yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
+    // The computer image is had when a computer first needs it (a build takes minutes); others now.
+    const computerImage = options.image === COMPUTER_IMAGE
+      ? yield* ComputerImage.make(engine, {
+        tag: COMPUTER_IMAGE,
+        base: DEFAULT_BASE,
+        recipe: recipeDirectory(),
+        onProgress: options.onPullProgress
+      }, yield* Effect.scope)
+      : undefined
+    if (computerImage === undefined) yield* DockerImage.ensure(engine, options.image, options.onPullProgress)
     // Warm pool hand-outs are recorded in the state directory (PoolIds.ts); without one, renamed.
     const poolIds = options.stateDir === undefined ? undefined : PoolIds.make(options.stateDir, engine.name)
     const containers = yield* DockerContainers.make(engine, settings, poolIds)
@@ -183,7 +199,10 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       labelStyle: "dotted",
       image: options.image,
       find: containers.find,
-      create: containers.create,
+      create: computerImage === undefined
+        ? (metadata) => containers.create(metadata)
+        : (metadata) =>
+          metadata.image === COMPUTER_IMAGE ? Effect.zipRight(computerImage.ready, containers.create(metadata)) : containers.create(metadata),
       start: containers.start,
       connect: DockerConnection.connect({
         engine,
@@ -202,6 +221,7 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
       restart: containers.restart,
       remove: containers.remove,
       adopt: containers.adopt,
+      checkpoints: DockerCheckpoints.make(engine, containers.create),
       environment: options.egress?.env
     })
     return options.adoptContainer === undefined ? backend : yield* AdoptedContainer.wrap(backend, engine, options.adoptContainer)

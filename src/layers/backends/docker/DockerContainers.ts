@@ -99,7 +99,8 @@ const createBody = (
   settings: ContainerSettings,
   metadata: ComputerMetadata,
   init: boolean,
-  userBinds: ReadonlyArray<string>
+  userBinds: ReadonlyArray<string>,
+  image: string
 ): Docker.ContainerCreateOptions => {
   const { flags } = settings
   // A non-root --user gets none of root's capabilities, only those asked for with --cap-add: Docker
@@ -113,7 +114,7 @@ const createBody = (
   const tmpfs = flags.tmpfs
   return {
     name: containerName(metadata.id),
-    Image: metadata.image,
+    Image: image,
     Cmd: init ? KEEP_ALIVE : SHELL_REAPER,
     WorkingDir: HOME,
     Hostname: flags.hostname ?? metadata.id,
@@ -231,17 +232,20 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
         )
       )
 
-    /** Creates and starts a container; a taken name is a Conflict. */
-    const create = (metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
+    /**
+     * Creates and starts a container; a taken name is a Conflict. `image` (a checkpoint's) replaces
+     * the recorded base image for this container only: a factory reset still returns to the base.
+     */
+    const create = (metadata: ComputerMetadata, image: string = metadata.image): Effect.Effect<Instance, ProviderError> =>
       Effect.flatMap(mounts === undefined ? Effect.succeed([]) : mounts.binds(containerName(metadata.id)), (userBinds) =>
-        withMounts(userBinds, createStarted(metadata, userBinds)))
+        withMounts(userBinds, createStarted(metadata, userBinds, image)))
 
-    const createStarted = (metadata: ComputerMetadata, userBinds: ReadonlyArray<string>): Effect.Effect<Instance, ProviderError> =>
+    const createStarted = (metadata: ComputerMetadata, userBinds: ReadonlyArray<string>, image: string): Effect.Effect<Instance, ProviderError> =>
       Effect.gen(function*() {
         for (let attempt = 0; attempt < 3; attempt++) {
           const init = !(yield* Ref.get(noInit))
           const created = yield* call("create the container", (signal) =>
-            docker.createContainer({ ...createBody(settings, metadata, init, userBinds), abortSignal: signal } as Docker.ContainerCreateOptions)).pipe(
+            docker.createContainer({ ...createBody(settings, metadata, init, userBinds, image), abortSignal: signal } as Docker.ContainerCreateOptions)).pipe(
               Effect.map((container) => container.id),
               Effect.either
             )
@@ -250,7 +254,7 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
             if (error.reason === "Conflict") return yield* Effect.flip(taken(metadata, error))
             if (error.reason === "NotFound" && attempt === 0) {
               // No such image: pulled once, then tried again.
-              yield* DockerImage.ensure(engine, metadata.image, settings.onPullProgress)
+              yield* DockerImage.ensure(engine, image, settings.onPullProgress)
               continue
             }
             // Podman looks for its init binary (catatonit) when it creates the container.
@@ -265,7 +269,7 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
           const started = yield* call("start the container", (signal) => docker.getContainer(id).start({ abortSignal: signal })).pipe(Effect.either)
           if (started._tag === "Right") {
             yield* Effect.logInfo(
-              `${engine.name} backend: created ${containerName(metadata.id)} from ${metadata.image}${metadata.temporary ? " (temporary)" : ""}`
+              `${engine.name} backend: created ${containerName(metadata.id)} from ${image}${metadata.temporary ? " (temporary)" : ""}`
             )
             return instance
           }

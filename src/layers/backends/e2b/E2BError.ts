@@ -7,6 +7,8 @@
  *   400 "Max instance length exceeded" / "Timeout cannot be greater than N hours"
  *                              Quota: the plan's maximum runtime (RuntimeCap.ts)
  *   409                        Conflict: the sandbox is changing state (pausing, resuming)
+ *   400 on header rules        Denied (the team lacks the feature) or Invalid (the template's envd
+ *                              is older than 0.5.13), said as what --egress-header needs
  *   501                        Invalid: this sandbox's envd or the service does not offer it
  */
 import { AuthenticationError, NotFoundError, RateLimitError, SandboxNotFoundError, ServiceBusyError, TimeoutError } from "e2b"
@@ -52,6 +54,32 @@ export interface Classify {
   readonly requestTimeoutMs: number
   /** Removes secrets from provider text. */
   readonly scrub: (text: string) => string
+}
+
+/**
+ * E2B's 400 for the header rules of a create (infra's validateNetworkRules), in the words of the
+ * flag that asked for them; undefined for any other failure.
+ */
+export const headerRulesRefusal = (error: ProviderError): ProviderError | undefined => {
+  if (error.reason !== "Invalid") return undefined
+  if (/transform rules are not available for your team/i.test(error.detail)) {
+    return e2bError(
+      error.operation,
+      "Denied",
+      "--egress-header needs E2B's header rules, which are not enabled for this team (E2B turns them on per team: ask E2B, or drop --egress-header)",
+      error
+    )
+  }
+  const old = /envd version is ([0-9][^,\s]*), must be at least ([0-9][^\s)]*)/i.exec(error.detail)
+  if (old !== null) {
+    return e2bError(
+      error.operation,
+      "Invalid",
+      `--egress-header needs a template whose envd is ${old[2]!.replace(/\.$/, "")} or newer (this one has ${old[1]}): rebuild it with a current E2B CLI, or drop --egress-header`,
+      error
+    )
+  }
+  return undefined
 }
 
 /** Wraps a foreign error (SDK, fetch, Connect) once. */

@@ -6,8 +6,11 @@
  *   find     our sandboxes by metadata (running and paused), all pages
  *   inspect  one sandbox as E2B has it now, none when it is gone
  *   create   a running sandbox from the template in the metadata; a permanent one pauses at its
- *            timeout instead of dying (`onTimeout: "pause"`). A create whose answer is lost is
- *            found again by its nonce and killed, so nothing is left running unseen.
+ *            timeout instead of dying, keeping its files only (`keepMemory: false`: E2B's default
+ *            is a memory snapshot, whose resume would bring back the processes the kernel has
+ *            ended). A create whose answer is lost is found again by its nonce and killed, so
+ *            nothing is left running unseen. E2B's refusal of header rules (a team feature,
+ *            envd ≥ 0.5.13) is told in --egress-header's words (E2BError.headerRulesRefusal).
  *   attach   `Sandbox.connect`: the SDK's handle of a running sandbox, resuming a paused one. To
  *            start one, a running sandbox past the end of its runtime (it cannot be extended) is
  *            paused and resumed, which keeps its files and starts a new period.
@@ -32,7 +35,7 @@ import { randomUUID } from "node:crypto"
 import { type ComputerMetadata, fromLabels, labelKey, type LabelStyle, selector, toLabels } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, Query } from "../../../services/Backend.js"
-import { e2bError, fromSdk, isRuntimeCap, isTransient } from "./E2BError.js"
+import { e2bError, fromSdk, headerRulesRefusal, isRuntimeCap, isTransient } from "./E2BError.js"
 import * as RuntimeCap from "./RuntimeCap.js"
 import type { E2BNetwork } from "../../egress/CloudEgress.js"
 
@@ -159,8 +162,11 @@ export const make = (config: ProviderConfig) => {
           metadata: { ...config.extraMetadata, ...toLabels(LABEL_STYLE, labeled) },
           envs: { ...config.envs },
           ...(config.network === undefined ? {} : { network: networkOption(config.network) }),
-          ...(labeled.temporary ? {} : { lifecycle: { onTimeout: "pause" as const } })
-        })).pipe(Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : cleanup)))
+          ...(labeled.temporary ? {} : { lifecycle: { onTimeout: { action: "pause" as const, keepMemory: false } } })
+        })).pipe(
+          Effect.mapError((error) => (config.network?.rules === undefined ? error : headerRulesRefusal(error) ?? error)),
+          Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : cleanup))
+        )
       const instance: Instance = {
         providerId: sandbox.sandboxId,
         metadata: { ...labeled, expires: iso(before + config.timeoutMs) },

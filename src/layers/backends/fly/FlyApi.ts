@@ -196,14 +196,17 @@ export const make = (options: FlyApiOptions) =>
       get: (id: string) => call({ operation: `get machine ${id}`, budget: machine("get", id), method: "GET", path: machinePath(id), schema: Machine }),
       create: (body: unknown) =>
         call({ operation: "create a machine", budget: app("create"), method: "POST", path: "", body, schema: Machine }),
-      /** true when the state was reached, false on the API's 408 (not yet). */
-      wait: (id: string, state: string, timeoutSeconds: number) =>
+      /**
+       * true when the state was reached, false on the API's 408 (not yet). Waiting for `stopped`
+       * names the instance (`instance_id`, which Fly's docs require for it).
+       */
+      wait: (id: string, state: string, timeoutSeconds: number, instanceId?: string) =>
         call({
           operation: `wait for machine ${id} to be ${state}`,
           budget: machine("wait", id),
           method: "GET",
           path: `${machinePath(id)}/wait`,
-          query: [["state", state], ["timeout", String(timeoutSeconds)]],
+          query: [["state", state], ["timeout", String(timeoutSeconds)], ...(instanceId === undefined ? [] : [["instance_id", instanceId] as const])],
           schema: Ok,
           timeoutMs: timeoutSeconds * 1000 + options.requestTimeoutMs
         }).pipe(

@@ -87,7 +87,10 @@ export const DEFAULT_TUNING: FlyTuning = {
 }
 
 /** The capabilities of the Fly backend (see the modules for how each one works). */
-export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false, heldProcesses: false })
+export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false, heldProcesses: false, checkpoints: false })
+
+/** The memory a guest may have per CPU, by CPU kind (Fly's docs, Machine Sizing: General Rules). */
+export const MEMORY_PER_CPU_MB = { shared: { min: 256, max: 2048 }, performance: { min: 2048, max: 8192 } } as const
 
 /** A reason why the settings cannot work, or undefined. */
 export const invalidOptions = (options: FlyBackendOptions): string | undefined => {
@@ -95,6 +98,12 @@ export const invalidOptions = (options: FlyBackendOptions): string | undefined =
   if (!(Number.isInteger(options.cpus) && options.cpus >= 1)) return `invalid CPU count ${options.cpus} (an integer ≥ 1)`
   if (!(Number.isInteger(options.memoryMb) && options.memoryMb >= 256 && options.memoryMb % 256 === 0)) {
     return `invalid memory ${options.memoryMb} MB: Fly wants a multiple of 256 MB (256, 512, 768, 1024, …)`
+  }
+  const perCpu = MEMORY_PER_CPU_MB[options.cpuKind]
+  if (options.memoryMb < perCpu.min * options.cpus || options.memoryMb > perCpu.max * options.cpus) {
+    const cpus = `${options.cpus} CPU${options.cpus === 1 ? "" : "s"}`
+    return `a ${options.cpuKind} CPU needs ${perCpu.min}–${perCpu.max} MB of memory per CPU (${cpus}: ` +
+      `${perCpu.min * options.cpus}–${perCpu.max * options.cpus} MB), got ${options.memoryMb} MB: set --fly-memory`
   }
   if (options.rootfsSizeGb !== undefined && !(Number.isInteger(options.rootfsSizeGb) && options.rootfsSizeGb >= 1)) {
     return `invalid rootfs size ${options.rootfsSizeGb} GB (an integer ≥ 1)`

@@ -10,6 +10,12 @@
  * never makes more exec calls than its budget allows, however many processes, writes and
  * signals it has, and an interactive operation rarely waits behind a poll.
  *
+ * A round can fail after it ran (its answer lost: a timeout, a proxy's 5xx). One that timed out is
+ * sent again, at most ROUND_RETRIES times: every op is idempotent (a start or a write carries its
+ * own id, a close or a cleanup repeats harmlessly; a signal may be delivered twice, as a retried
+ * kill(1) would). One that fails for good fails its ops, and each start in it gets a cleanup in
+ * the next round: the supervisor may have started the process, which must not run on untracked.
+ *
  * `lost` completes when the machine went away other than through us: a round that fails on a
  * machine the provider no longer has started (asked, never inferred from the exec's status), the
  * supervisor gone, a different boot of the machine (restarted outside kilntainers), or the
@@ -87,6 +93,8 @@ interface Starting {
 }
 
 const INBOX = 256
+/** How many times a round that timed out is sent again before its ops fail. */
+export const ROUND_RETRIES = 2
 
 /** Prepares the machine (home, supervisor) and follows its processes until the Scope closes. */
 export const connect = (options: ConnectionOptions): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
@@ -245,6 +253,7 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
       const key = api.execBudget(machineId)
       let delay = tuning.pollMinMs
       let quiet = false
+      let retries = 0
       while (current()) {
         carry.push(...(yield* Queue.takeAll(inbox)))
         if (carry.length === 0) {
@@ -292,8 +301,17 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
         )
         if (Either.isLeft(outcome)) {
           const error = outcome.left
+          if (error.reason === "Timeout" && retries < ROUND_RETRIES) {
+            // Its answer, not necessarily its work, was lost: the same ops again (idempotent).
+            retries++
+            carry = [...chosen, ...carry]
+            yield* Effect.logDebug(`fly backend: computer ${options.computerId}: ${error.message}; sending the round again`)
+            continue
+          }
+          retries = 0
           yield* Effect.forEach(chosen, (pending) => (pending.reply ? Deferred.fail(pending.reply, error) : Effect.void), { discard: true })
           for (const pending of chosen) {
+            if (pending.op._tag === "Start") carry.push({ op: { _tag: "Cleanup", dir: pending.op.dir }, reply: undefined })
             const start = pending.process && starting.get(pending.process.dir)
             if (start !== undefined && pending.process) {
               starting.delete(pending.process.dir)
@@ -308,6 +326,7 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
           delay = tuning.pollMaxMs
           continue
         }
+        retries = 0
         const active = yield* dispatch(chosen, outcome.right.result, outcome.right.targets)
         quiet = !active && chosen.every((pending) => pending.reply === undefined)
         delay = active ? tuning.pollMinMs : Math.min(Math.max(delay, tuning.pollMinMs, 1) * 2, tuning.pollMaxMs)

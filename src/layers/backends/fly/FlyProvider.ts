@@ -104,15 +104,22 @@ export const make = (options: ProviderOptions) => {
       )
     )
 
-  /** Waits (bounded) for a state; a 408 from /wait just means "ask again". */
-  const waitFor = (machineId: string, state: "started" | "destroyed"): Effect.Effect<void, ProviderError> =>
+  /**
+   * Waits (bounded) for a state; a 408 from /wait just means "ask again". `stopped` is waited for
+   * on the instance that is stopping (`instanceId`, required by Fly for that state).
+   */
+  const waitFor = (
+    machineId: string,
+    state: "started" | "destroyed" | "stopped" | "suspended",
+    instanceId?: string
+  ): Effect.Effect<void, ProviderError> =>
     Effect.gen(function*() {
       const operation = `wait for machine ${machineId} to be ${state}`
       const deadline = (yield* Clock.currentTimeMillis) + options.startTimeoutMs
       for (;;) {
         const remaining = Math.ceil((deadline - (yield* Clock.currentTimeMillis)) / 1000)
         if (remaining <= 0) break
-        const reached = yield* api.wait(machineId, state, Math.max(1, Math.min(options.waitTimeoutSeconds, remaining))).pipe(
+        const reached = yield* api.wait(machineId, state, Math.max(1, Math.min(options.waitTimeoutSeconds, remaining)), instanceId).pipe(
           Effect.catchIf((error) => state === "destroyed" && error.reason === "NotFound", () => Effect.succeed(true)),
           Effect.mapError(failed)
         )
@@ -173,8 +180,12 @@ export const make = (options: ProviderOptions) => {
         yield* waitFor(machineId, "started")
         return { ...instance, state: "running" }
       }
-      if (instance.state === "stopping" || instance.state === "suspending") {
-        yield* api.wait(machineId, instance.state === "stopping" ? "stopped" : "suspended", 30).pipe(Effect.ignore)
+      if (instance.state === "stopping") {
+        // A start would be refused until the stop is done: wait for it, on the instance that stops.
+        const machine = yield* api.get(machineId).pipe(Effect.mapError(failed))
+        if (machine.state === "stopping") yield* waitFor(machineId, "stopped", machine.instance_id ?? undefined)
+      } else if (instance.state === "suspending") {
+        yield* waitFor(machineId, "suspended")
       }
       yield* api.start(machineId).pipe(Effect.mapError(failed))
       yield* waitFor(machineId, "started")

@@ -90,6 +90,9 @@ export interface EtcOptions {
   readonly accounts: "synthesised" | "host"
 }
 
+/** The files of /etc written for the guest (synthesised accounts): none of the host's bytes, nothing to hide. */
+export const written: ReadonlyArray<string> = ["/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname", "/etc/nsswitch.conf"]
+
 /** bwrap arguments that build the guest's /etc (a directory on the sandbox's own root). */
 export const etcArgs = (options: EtcOptions): Array<string> => {
   const args = ["--dir", "/etc"]

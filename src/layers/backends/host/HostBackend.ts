@@ -76,6 +76,7 @@ import * as NativeBinaries from "../agent/NativeBinaries.js"
 import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import * as Relay from "../agent/Relay.js"
 import * as Cgroups from "./Cgroups.js"
+import * as HostCheckpoints from "./HostCheckpoints.js"
 import * as HostTrust from "./HostTrust.js"
 import * as Launcher from "./Launcher.js"
 import * as ComputerRecord from "./ComputerRecord.js"
@@ -136,9 +137,10 @@ export const make = (options: HostBackendOptions) =>
       : undefined
     if (!sandboxed) yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")
 
+    const computersDir = resolve(options.stateDir, "computers")
     const token = (yield* Random.nextIntBetween(0, 0x7fffffff)).toString(36)
     const workspaces = Workspaces.make({
-      computersDir: resolve(options.stateDir, "computers"),
+      computersDir,
       self: { pid: owner.pid, start: owner.startTime, token },
       hostIds: launcher === undefined ? () => Effect.succeed(undefined) : launcher.hostIds
     })
@@ -217,6 +219,13 @@ export const make = (options: HostBackendOptions) =>
       remove: (instance) => Effect.zipRight(stopAgent(instance), workspaces.remove(instance)),
       // Unsandboxed, processes see the workspace's host path, which a rename would pull away.
       adopt: sandboxed ? workspaces.adopt : undefined,
+      checkpoints: HostCheckpoints.make({
+        checkpointsDir: resolve(options.stateDir, "checkpoints"),
+        computersDir,
+        homeOf: workspaces.homeOf,
+        create: workspaces.create,
+        remove: workspaces.remove
+      }),
       environment: options.egress?.env
     })
   })

@@ -4,7 +4,8 @@
  * and its --deny-read paths hidden on the objects themselves, so that renaming or replacing
  * anything in a shared directory changes nothing; and --deny-read paths in the system directories
  * the sandbox shows (/usr, /etc, /opt and /bin, /sbin, /lib*, which no computer can write) masked
- * where they are: an empty read-only tmpfs on a directory, /dev/null on a file.
+ * where they are: an empty read-only tmpfs on a directory, an empty read-only file on a file (the
+ * /etc files written for the guest hold none of the host's bytes and stay).
  *
  * Ownership: when the server is root, every computer runs as a dedicated unprivileged host uid
  * (GuestUser.ts), which could not write the user's files. kt-sandbox therefore idmaps each mount
@@ -20,6 +21,7 @@ import { statSync } from "node:fs"
 import * as Mounts from "../../../domain/Mounts.js"
 import type { MountObjects } from "../mounts/MountObjects.js"
 import type { MountTemplates } from "../mounts/MountTemplates.js"
+import * as EtcView from "./EtcView.js"
 import type { Bind } from "./Launcher.js"
 
 /** Host directories the sandbox shows read-only (Sandbox.ts, EtcView.ts). */
@@ -45,7 +47,7 @@ export const binds = (policy: Mounts.FilesystemPolicy, objects?: MountObjects, t
   }
   for (const path of policy.denyRead) {
     const kind = exists(path)
-    if (kind === undefined || !VISIBLE.some((base) => Mounts.within(path, base))) continue
+    if (kind === undefined || !VISIBLE.some((base) => Mounts.within(path, base)) || EtcView.written.includes(path)) continue
     result.push({ dest: path, mode: kind === "directory" ? "mask-directory" : "mask-file" })
   }
   return result

@@ -55,7 +55,8 @@ const bindArgs = (bind: Bind): Array<string> => {
     case "mask-directory":
       return ["--tmpfs", bind.dest, "--remount-ro", bind.dest]
     case "mask-file":
-      return ["--ro-bind", "/dev/null", bind.dest]
+      // An empty read-only file, as on Docker: /dev/null would be a device on a nodev mount (EACCES).
+      return ["--kt-data", bind.dest, ""]
     case "user-read-write":
     case "user-read-only":
       return [bind.mode === "user-read-write" ? "--kt-user-bind" : "--kt-user-ro-bind", ...bind.template, bind.dest]

@@ -192,5 +192,8 @@ export const make = (options: WorkspacesOptions) => {
   const open = (instance: Instance): Effect.Effect<Workspace, ProviderError> =>
     Effect.flatMap(locate(instance), ({ dir, record }) => ready(dir, record))
 
-  return { find, create, start, remove, adopt, open, dirOf }
+  /** The workspace of a computer that is still ours (checkpoints read and write it). */
+  const homeOf = (instance: Instance) => Effect.map(locate(instance), ({ dir }) => join(dir, "home"))
+
+  return { find, create, start, remove, adopt, open, dirOf, homeOf }
 }

@@ -3,7 +3,14 @@
  *
  * What this adapter adds to the SDK:
  * - requests are checked against Modal's limits before calling (names, the 64 KiB on an exec's
- *   arguments, environment keys), so a refusal is a clear `Invalid` error, not a remote one;
+ *   arguments, environment keys, the allowlist's CIDRs and domains), so a refusal is a clear
+ *   `Invalid` error, not a remote one;
+ * - a sandbox with a network policy (no network, or an allowlist) is created on Modal's V1 backend.
+ *   The SDK sends every create without a GPU to V2 when its profile says so (its default), and it
+ *   lists no network policy among what V2 sandboxes support (`experimentalCreate`); Modal documents
+ *   `block_network` and the allowlists for V1. The SDK decides on the profile's `sandboxV2` when
+ *   `create` is called, before its first await, so the flag is off for exactly that call; a client
+ *   without that flag (another SDK) is refused such a create rather than trusted with it;
  * - stdin writes of one command are serialised: the SDK's writer is a WritableStream that throws
  *   when a second write starts while one is in flight (a terminal's replies and the agent's input
  *   can write at the same time), and the chain is kept at the promise level so that an interrupted
@@ -22,6 +29,7 @@ import * as Runtime from "effect/Runtime"
 import * as Stream from "effect/Stream"
 import type { App, Image, Logger, Sandbox, SandboxCreateParams, SandboxExecParams } from "modal"
 import { ModalClient } from "modal"
+import { isIP } from "node:net"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { CreateSandboxRequest, ExecHandle, ExecRequest, ModalGatewayService, SandboxHandle } from "./ModalGateway.js"
 import { fromSdkError, modalError, redact } from "./ModalError.js"
@@ -45,6 +53,8 @@ export interface ModalClientLike {
     readonly list: (params?: { appId?: string; tags?: Record<string, string> }) => AsyncIterable<Sandbox>
   }
   readonly close: () => void
+  /** The SDK's profile: its `sandboxV2` picks the backend `sandboxes.create` uses. */
+  readonly profile?: { sandboxV2?: unknown }
 }
 
 /** Modal's limit on the total length of an exec's arguments (the SDK checks it before calling). */
@@ -63,8 +73,30 @@ export const invalidExec = (request: ExecRequest): string | undefined => {
   return undefined
 }
 
+const DOMAIN_LABEL = /^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$/
+
+/** An address with a prefix length, as Modal's allowlist takes it. */
+const isCidr = (value: string) => {
+  const [address, prefix, ...rest] = value.split("/")
+  if (rest.length > 0 || address === undefined || prefix === undefined || !/^\d{1,3}$/.test(prefix)) return false
+  const family = isIP(address)
+  return family !== 0 && Number(prefix) <= (family === 4 ? 32 : 128)
+}
+
+/** A name or `*.name` (not an address), as Modal's domain allowlist takes it. */
+const isDomain = (value: string) => {
+  const name = value.startsWith("*.") ? value.slice(2) : value
+  return name.length > 0 && name.length <= 253 && isIP(name) === 0 && name.split(".").every((label) => DOMAIN_LABEL.test(label))
+}
+
 /** A reason why Modal would refuse this sandbox, or undefined. */
 export const invalidCreate = (request: CreateSandboxRequest): string | undefined => {
+  const cidr = request.outbound?.cidrs.find((entry) => !isCidr(entry))
+  if (cidr !== undefined) return `'${cidr}' is not a CIDR Modal takes (an address and a prefix length, like 10.0.0.0/8); Modal answers "Invalid CIDR"`
+  const domain = request.outbound?.domains.find((entry) => !isDomain(entry))
+  if (domain !== undefined) return `'${domain}' is not a domain Modal takes (a name or *.name; addresses go in the CIDR allowlist)`
+  if (request.blockNetwork && request.outbound !== undefined) return "an allowlist cannot go with a blocked network"
+
   if (!validObjectName(request.name)) return `'${request.name}' is not a valid Modal sandbox name (at most 64 characters of [A-Za-z0-9-_.])`
   if (!validObjectName(request.appName)) return `'${request.appName}' is not a valid Modal app name (at most 64 characters of [A-Za-z0-9-_.])`
   if (!(request.timeoutMs % 1000 === 0 && request.timeoutMs >= 1000 && request.timeoutMs <= 86_400_000)) {
@@ -156,6 +188,26 @@ const sandboxHandle = (sandbox: Sandbox): SandboxHandle => ({
   })
 })
 
+/** `sandboxes.create` on Modal's V1 backend (see the header: why, and why the flag is safe to flip). */
+export const createOnV1 = (client: ModalClientLike, app: App, image: Image, params: SandboxCreateParams): Promise<Sandbox> => {
+  const profile = client.profile
+  if (profile === undefined || typeof profile.sandboxV2 !== "boolean") {
+    return Promise.reject(
+      new Error(
+        "this Modal SDK cannot be asked for a V1 sandbox, the only kind whose network policy Modal documents; " +
+          "refusing to create a sandbox whose network might not be restricted"
+      )
+    )
+  }
+  const saved = profile.sandboxV2
+  profile.sandboxV2 = false
+  try {
+    return client.sandboxes.create(app, image, params)
+  } finally {
+    profile.sandboxV2 = saved
+  }
+}
+
 const sameTags = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>) =>
   Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([key, value]) => b[key] === value)
 
@@ -195,7 +247,10 @@ export const fromClient = (client: ModalClientLike, log: (message: string) => vo
   const createSandbox = (request: CreateSandboxRequest, found: App, image: Image) =>
     Effect.async<Sandbox, ProviderError>((resume) => {
       let abandoned = false
-      client.sandboxes.create(found, image, createParams(request)).then(
+      const params = createParams(request)
+      const restricted = request.blockNetwork || request.outbound !== undefined
+      const created = restricted ? createOnV1(client, found, image, params) : client.sandboxes.create(found, image, params)
+      created.then(
         (sandbox) => {
           if (!abandoned) return resume(Effect.succeed(sandbox))
           // We gave up on this create while the SDK still waited for Modal: the sandbox must not bill.

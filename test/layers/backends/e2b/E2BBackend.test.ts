@@ -111,27 +111,30 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B pro
       assert.deepStrictEqual(sandboxOf(id), [])
     }), { metadata: { suite: `e2b-test-${run}`, "kilntainers-computer-id": "forged" } }), 60_000)
 
-  it.live("--allow-host and --egress-header reach E2B as the sandbox's network rules", () =>
-    provider(Effect.gen(function*() {
-      const backend = yield* Backend
-      const id = computerId("egress")
-      yield* backend.create(yield* metadataFor(id, true))
-      const create = fake.requests.find((r) =>
-        r.method === "POST" && r.path.endsWith("/sandboxes") && JSON.stringify(r.body).includes(id)
-      )
-      assert.isDefined(create)
-      assert.deepStrictEqual((create!.body as { network?: unknown }).network, {
-        allowOut: ["pypi.org", "*.github.com"],
-        denyOut: ["0.0.0.0/0"],
-        rules: { "api.github.com": [{ transform: { headers: { Authorization: "Bearer egress-value" } } }] }
+  it.live("--allow-host and --egress-header reach E2B as the sandbox's network rules (on a team with header rules)", () =>
+    Effect.ensuring(Effect.suspend(() => {
+      fake.team.networkTransformRules = true
+      return provider(Effect.gen(function*() {
+        const backend = yield* Backend
+        const id = computerId("egress")
+        yield* backend.create(yield* metadataFor(id, true))
+        const create = fake.requests.find((r) =>
+          r.method === "POST" && r.path.endsWith("/sandboxes") && JSON.stringify(r.body).includes(id)
+        )
+        assert.isDefined(create)
+        assert.deepStrictEqual((create!.body as { network?: unknown }).network, {
+          allowOut: ["pypi.org", "*.github.com"],
+          denyOut: ["0.0.0.0/0"],
+          rules: { "api.github.com": [{ transform: { headers: { Authorization: "Bearer egress-value" } } }] }
+        })
+      }), {
+        network: {
+          allowOut: ["pypi.org", "*.github.com"],
+          denyOut: ["0.0.0.0/0"],
+          rules: { "api.github.com": [{ transform: { headers: { Authorization: "Bearer egress-value" } } }] }
+        }
       })
-    }), {
-      network: {
-        allowOut: ["pypi.org", "*.github.com"],
-        denyOut: ["0.0.0.0/0"],
-        rules: { "api.github.com": [{ transform: { headers: { Authorization: "Bearer egress-value" } } }] }
-      }
-    }), 60_000)
+    }), Effect.sync(() => (fake.team.networkTransformRules = false))), 60_000)
 
   it.live("finds only sandboxes that are ours: old ones without image or creation time, never strangers", () =>
     provider(Effect.gen(function*() {

@@ -109,6 +109,29 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: th
       yield* computers.delete("s1", id)
     }), cappedOptions), 60_000)
 
+  it.scoped("a permanent computer paused at its end comes back from its files alone when next used: a process the kernel ended stays ended", () =>
+    withKernel(capped, Effect.gen(function*() {
+      const { computers, processes } = yield* services
+      const id = computerId("cap-cold")
+      yield* alignClocks(capped)
+      yield* computers.create("s1", { computer_id: id, temporary: false })
+      // Detached from every process group the kernel could end: only a cold boot ends it.
+      yield* processes.exec("s1", { computer_id: id, command: "setsid sleep 283 >/dev/null 2>&1 & echo kept > work.txt" })
+      const { pid } = yield* processes.spawn("s1", { computer_id: id, command: "sleep 284", background: true })
+      const waiting = yield* Effect.fork(processes.wait("s1", { id: pid, timeoutMs: 20_000 }))
+      yield* advance(capped, pastTheEnd, 250)
+      const done = yield* Fiber.join(waiting)
+      assert.strictEqual(done.status, "terminated", "the kernel says the process ended with the pause")
+      // The next use resumes it (no restart asked: the kernel recovers a lost computer on use).
+      const left = yield* processes.exec("s1", { computer_id: id, command: "ps -eo args | grep -c '^sleep 28[34]$' || true; cat work.txt" })
+      assert.strictEqual(left.stdout, "0\nkept\n", "nothing of the old processes came back; the files did")
+      const create = capped.requests.find((r) =>
+        r.method === "POST" && r.path === "/v2/sandboxes" && (r.body as { metadata?: Record<string, string> }).metadata?.[ID_KEY] === id
+      )
+      assert.deepInclude(create?.body as object, { autoPause: true, autoPauseMemory: false }, "E2B is asked for a filesystem snapshot")
+      yield* computers.delete("s1", id)
+    }), cappedOptions), 60_000)
+
   it.live("create never asks for more than the maximum runtime, which E2B would refuse", () =>
     Effect.scoped(Effect.gen(function*() {
       const id = computerId("cap-ask")
@@ -312,4 +335,51 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: an
       assert.strictEqual(forced.message, "could not start 'true': this e2b SDK has no process client (commands.rpc)")
       }).pipe(Effect.ensuring(Effect.sync(() => Object.assign(Sandbox, original))))
     }), 60_000)
+})
+
+describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: header rules (--egress-header)", () => {
+  const rules = (domains: ReadonlyArray<string>) =>
+    Object.fromEntries(domains.map((domain) => [domain, [{ transform: { headers: { Authorization: "Bearer egress-value" } } }]]))
+  const network = (domains: ReadonlyArray<string>) => ({ allowOut: [...domains], denyOut: ["0.0.0.0/0"], rules: rules(domains) })
+  const withTeamFeature = <A, E, R>(body: Effect.Effect<A, E, R>) =>
+    Effect.acquireUseRelease(Effect.sync(() => (fake.team.networkTransformRules = true)), () => body, () =>
+      Effect.sync(() => (fake.team.networkTransformRules = false)))
+  const refusal = (template: string, domains: ReadonlyArray<string>) =>
+    Effect.flip(Effect.tryPromise(() =>
+      Sandbox.create(template, { apiKey: fake.apiKey, apiUrl: fake.url, sandboxUrl: fake.url, network: network(domains) })
+    )).pipe(Effect.map((error) => String(error.error)))
+
+  it.live("E2B's API refuses rules without the team's feature, on an envd before 0.5.13, for *.x, and past 10 domains", () =>
+    Effect.gen(function*() {
+      assert.match(yield* refusal("base", ["api.github.com"]), /400: Network transform rules are not available for your team/)
+      yield* withTeamFeature(Effect.gen(function*() {
+        assert.match(yield* refusal("legacy-0.5", ["api.github.com"]), /400: .*Template envd version is 0\.5\.0, must be at least 0\.5\.13/)
+        assert.match(yield* refusal("base", ["*.github.com"]), /400: Rule domain "\*\.github\.com" is not a valid domain name/)
+        const eleven = Array.from({ length: 11 }, (_, i) => `h${i}.example.com`)
+        assert.match(yield* refusal("base", eleven), /400: Network rules can have at most 10 domains/)
+      }))
+      assert.deepStrictEqual(fake.sandboxes().filter((s) => s.network !== undefined), [], "nothing was created")
+    }), 60_000)
+
+  it.live("a team without header rules, or a template whose envd is too old, fails the create saying what --egress-header needs", () =>
+    Effect.gen(function*() {
+      const overrides = { network: network(["api.github.com"]) }
+      const noFeature = yield* provider(Effect.flip(Effect.flatMap(Backend, (backend) =>
+        Effect.flatMap(metadataFor(computerId("rules-team"), true), backend.create))), overrides)
+      assert.strictEqual(noFeature._tag, "ProviderError")
+      assert.match(noFeature.message, /--egress-header needs E2B's header rules, which are not enabled for this team/)
+      const oldEnvd = yield* withTeamFeature(provider(Effect.flip(Effect.flatMap(Backend, (backend) =>
+        Effect.flatMap(metadataFor(computerId("rules-envd"), true, "legacy-0.5"), backend.create))), overrides))
+      assert.match(oldEnvd.message, /--egress-header needs a template whose envd is 0\.5\.13 or newer \(this one has 0\.5\.0\): rebuild it/)
+      assert.notInclude(oldEnvd.message, "egress-value")
+    }), 60_000)
+
+  it.live("with the team's feature, the rules reach the sandbox on the default template", () =>
+    withTeamFeature(provider(Effect.gen(function*() {
+      const backend = yield* Backend
+      const id = computerId("rules-ok")
+      const instance = yield* backend.create(yield* metadataFor(id, true))
+      assert.deepStrictEqual(sandboxOf(fake, id)[0]?.network, network(["api.github.com"]))
+      yield* backend.remove(instance)
+    }), { network: network(["api.github.com"]) })), 60_000)
 })

@@ -99,6 +99,7 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
 
   it.live("a stopped machine is found stopped and started again", () =>
     Effect.gen(function*() {
+      fake.stopDelayMs = 0 // stopped at once: the machine is found stopped, not stopping (see the test of a stopping one)
       yield* withBackend(options(fake.url), (backend) =>
         Effect.gen(function*() {
           const instance = yield* backend.create(metadata("sleeper", false))
@@ -113,6 +114,49 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
           assert.strictEqual((yield* collect(yield* connection.spawn(spec(["echo", "up"])))).stdout, "up\n")
         }))
     }), 60_000)
+
+  it.live("a machine still stopping is waited for by its instance_id, and started only once it has stopped", () =>
+    Effect.gen(function*() {
+      fake.stopDelayMs = 3000 // wide enough that the machine is still stopping when found, even on a loaded machine
+      yield* withBackend(options(fake.url), (backend) =>
+        Effect.gen(function*() {
+          const instance = yield* backend.create(metadata("stopping", false))
+          yield* Effect.addFinalizer(() => Effect.ignore(backend.remove(instance)))
+          fake.stopFromOutside(instance.providerId)
+          const [found] = yield* backend.find({ id: "stopping" })
+          assert.strictEqual(found?.state, "stopping", "Fly's own word for a state the kernel has none for")
+          const from = fake.requests.length
+          const started = yield* backend.start(found!)
+          assert.strictEqual(started.state, "running")
+          assert.strictEqual(fake.machines.get(instance.providerId)?.state, "started")
+          const asked = fake.requests.slice(from).filter((request) => request.machine === instance.providerId)
+          assert.deepStrictEqual(asked.filter((request) => request.status >= 400 && request.status !== 408), [], "no refused wait, no refused start")
+          const connection = yield* backend.connect(started)
+          assert.strictEqual((yield* collect(yield* connection.spawn(spec(["echo", "up"])))).stdout, "up\n")
+        }))
+    }), 60_000)
+
+  it.live("a round whose answer is lost after it ran is sent again: the process it started is followed, once", () =>
+    withBackend(options(fake.url), (backend) =>
+      Effect.gen(function*() {
+        const { connection } = yield* open(backend, "lostanswer")
+        fake.failAfter(1, 408, /\/exec$/)
+        const process = yield* connection.spawn(spec(["sh", "-c", "echo started; sleep 1; echo done"]))
+        const result = yield* collect(process)
+        assert.strictEqual(result.stdout, "started\ndone\n")
+        assert.deepStrictEqual(result.exits, [{ exitCode: 0, signal: null }])
+      })), 60_000)
+
+  it.live("a round that fails for good after it ran leaves no process behind: the start is cleaned up", () =>
+    withBackend(options(fake.url, { tuning: { maxRetries: 1 } }), (backend) =>
+      Effect.gen(function*() {
+        const { connection } = yield* open(backend, "leak")
+        fake.failAfter(2, 502, /\/exec$/) // the first try and FlyApi's one retry: both ran, neither answered
+        const refused = yield* Effect.flip(connection.spawn(spec(["sleep", "297"])))
+        assert.match(refused.message, /502/)
+        const left = yield* collect(yield* connection.spawn(spec(["sh", "-c", "ps -eo args | grep -c '^sleep 297$' || true"])))
+        assert.strictEqual(left.stdout, "0\n", "the process the failed round started does not run on untracked")
+      })), 60_000)
 
   it.live("a machine still starting is waited for, not started again", () =>
     Effect.gen(function*() {

@@ -63,6 +63,7 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("Fly mac
 
   it.live("a stopped permanent machine is started again when it is next used", () =>
     Effect.gen(function*() {
+      fake.stopDelayMs = 0 // stopped at once: the machine is found stopped, not stopping (see the test of a stopping one)
       yield* withKernel(options(fake.url), ({ computers }) => computers.create("s", { computer_id: "sleeper", temporary: false }))
       const machine = machineOf("sleeper")!.id
       fake.stopFromOutside(machine)

@@ -121,6 +121,7 @@ export const useFake = () => {
     fake.retryAfter = "alternate"
     fake.execChildren = "killed"
     fake.bootDelayMs = 0
+    fake.stopDelayMs = 300
     fake.clearFaults()
     assert.deepStrictEqual(violations, [], "everything asked and answered followed Fly's published contract")
   })

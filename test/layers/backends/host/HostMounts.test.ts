@@ -49,7 +49,8 @@ const policy: FilesystemPolicy = {
     { source: project, target: "/home/agent/project", readOnly: false },
     { source: docs, target: "/docs", readOnly: true }
   ],
-  denyRead: [join(project, "secret"), "/usr/share/common-licenses"],
+  // A system file the sandbox shows, and /etc files it writes for the guest (nothing of the host's to hide).
+  denyRead: [join(project, "secret"), "/usr/share/common-licenses", "/usr/lib/os-release", "/etc/passwd", "/etc/hostname"],
   denyWrite: [join(project, "locked")]
 }
 
@@ -96,6 +97,14 @@ describeIf(bwrapWorks, "bubblewrap")("the user's directories in a host computer"
       assert.strictEqual(out.stdout.trim(), "0")
       assert.match(out.stderr, /secret\/key: No such file/)
       assert.match(out.stderr, /secret\/x.*Read-only file system/)
+    }), 30_000)
+
+  it.scopedLive("a denied file reads as empty, as the README says; the guest's own /etc/passwd stays (issue 23)", () =>
+    Effect.gen(function*() {
+      const connection = yield* computer()
+      const out = yield* run(connection, sh("wc -c < /usr/lib/os-release; echo x > /usr/lib/os-release; id -un"))
+      assert.strictEqual(out.stdout, "0\nagent\n", out.stderr)
+      assert.match(out.stderr, /os-release.*(Read-only file system|Permission denied)/)
     }), 30_000)
 
   it.scopedLive("nothing else of the host becomes writable", () =>

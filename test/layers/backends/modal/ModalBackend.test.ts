@@ -1,6 +1,7 @@
 import { status } from "@grpc/grpc-js"
 import { assert, describe, it } from "@effect/vitest"
 import { Clock, Effect, Exit, Fiber, Layer, Scope, Stream } from "effect"
+import { createServer, type AddressInfo } from "node:net"
 import { afterAll, beforeAll } from "vitest"
 import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.js"
 import * as ModalBackend from "../../../../src/layers/backends/modal/ModalBackend.js"
@@ -160,6 +161,63 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
       assert.notInclude(fake.running(), `kilntainer-${id}`)
       yield* backend.remove(instance)
     }), { cpu: 2, memoryMb: 768, gpu: "T4", region: "eu-west", sandboxTimeoutSec: 600 }), 60_000)
+
+  it.live("an allowlist (or no network) is asked of Modal's V1 backend, whose network policy Modal documents: nothing else is reachable", () =>
+    Effect.scoped(Effect.gen(function*() {
+      // The probe closes at once, so the greeting may meet a reset connection: that is no failure.
+      const listener = createServer((socket) => socket.on("error", () => {}).end("hello\n"))
+      yield* Effect.acquireRelease(
+        Effect.async<void>((resume) => void listener.listen(0, "127.0.0.1", () => resume(Effect.void))),
+        () => Effect.sync(() => listener.close())
+      )
+      const port = (listener.address() as AddressInfo).port
+      const probe = ["bash", "-c", `(echo > /dev/tcp/127.0.0.1/${port}) 2>/dev/null && echo reachable || echo unreachable`]
+      const reach = (id: string, overrides: Partial<ModalBackend.ModalBackendOptions>) =>
+        withBackend(Effect.gen(function*() {
+          const { connection, done } = yield* connected(id)
+          const said = (yield* exec(connection, probe)).stdout
+          yield* done
+          return said
+        }), overrides)
+      const allowId = computerId("allow")
+      const allowed = yield* reach(allowId, { outbound: { domains: ["pypi.org", "*.github.com"], cidrs: ["10.9.8.7/32"] } })
+      assert.strictEqual(allowed, "unreachable\n", "an address not on the allowlist cannot be reached")
+      const request = fake.callsOf("SandboxCreate").find((r) => r["definition"]["name"] === `kilntainer-${allowId}`)
+      assert.isDefined(request, "created on V1")
+      assert.deepStrictEqual(request!["definition"]["networkAccess"], {
+        networkAccessType: 3,
+        allowedCidrs: ["10.9.8.7/32"],
+        allowedDomains: ["pypi.org", "*.github.com"]
+      })
+      assert.strictEqual(yield* reach(computerId("blocked"), {}), "unreachable\n", "no network at all")
+      // The probe itself works: an open sandbox (V2, no policy to keep) reaches the listener.
+      const openId = computerId("open")
+      assert.strictEqual(yield* reach(openId, { network: true }), "reachable\n")
+      assert.isTrue(fake.callsOf("SandboxCreateV2").some((r) => r["definition"]["name"] === `kilntainer-${openId}`))
+    })), 60_000)
+
+  it.live("Modal refuses an allowlist CIDR it cannot read ('Invalid CIDR'); the adapter refuses it before asking", () =>
+    Effect.gen(function*() {
+      const client = fake.client()
+      const app = yield* Effect.promise(() => client.apps.fromName("kilntainers", { createIfMissing: true }))
+      const image = client.images.fromRegistry("debian:bookworm-slim")
+      const said = yield* Effect.flip(Effect.tryPromise(() => client.sandboxes.create(app, image, { outboundCidrAllowlist: ["10.0.0.300/32"] })))
+      assert.match(String(said.error), /Invalid CIDR: 10\.0\.0\.300\/32/)
+      const asked = () => fake.callsOf("SandboxCreate").length + fake.callsOf("SandboxCreateV2").length
+      const before = asked()
+      const refused = yield* withBackend(
+        Effect.flip(Effect.flatMap(Backend, (backend) => Effect.flatMap(metadataFor(computerId("cidr")), backend.create))),
+        { outbound: { domains: ["pypi.org"], cidrs: ["10.0.0.300/32", "fd00::/200"] } }
+      )
+      assert.strictEqual(refused.reason, "Invalid")
+      assert.match(refused.message, /'10\.0\.0\.300\/32' is not a CIDR Modal takes/)
+      assert.strictEqual(asked(), before, "Modal was not asked")
+      const badDomain = yield* withBackend(
+        Effect.flip(Effect.flatMap(Backend, (backend) => Effect.flatMap(metadataFor(computerId("domain")), backend.create))),
+        { outbound: { domains: ["10.0.0.1"], cidrs: [] } }
+      )
+      assert.match(badDomain.message, /'10\.0\.0\.1' is not a domain Modal takes/)
+    }), 60_000)
 
   it.live("find: one computer by its name (the longest id too), all of ours across Modal's pages, one kind; never a foreign sandbox", () =>
     withBackend(Effect.gen(function*() {
@@ -354,7 +412,8 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
     withBackend(Effect.gen(function*() {
       const id = computerId("owner")
       const { instance, scope } = yield* connected(id, false)
-      const polls = () => fake.calls.filter((c) => c.method === "SandboxWaitV2" && c.request["sandboxId"] === instance.providerId).length
+      // A sandbox without network is a V1 one (ModalSdk.ts): the SDK polls it with SandboxWait.
+      const polls = () => fake.calls.filter((c) => c.method.startsWith("SandboxWait") && c.request["sandboxId"] === instance.providerId).length
       yield* eventually(() => polls() >= 3, "the watcher polls the sandbox")
       yield* Scope.close(scope, Exit.void)
       const after = polls()
@@ -368,7 +427,7 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
     withBackend(Effect.gen(function*() {
       const backend = yield* Backend
       const before = fake.running().length
-      fake.fail("SandboxCreateV2", "no capacity in eu-west", status.RESOURCE_EXHAUSTED)
+      fake.fail("SandboxCreate", "no capacity in eu-west", status.RESOURCE_EXHAUSTED)
       const create = yield* Effect.flip(Effect.flatMap(metadataFor(computerId("err")), backend.create))
       assert.strictEqual(create._tag, "ProviderError")
       assert.strictEqual(create.reason, "Quota")
@@ -382,13 +441,14 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
       const list = yield* Effect.flip(backend.find({}))
       assert.strictEqual(list.reason, "Denied")
       assert.match(list.message, /invalid token; the credentials are --modal-token-id/)
+      // A short bound for the call that hangs only: a V1 create waits for its sandbox to be scheduled.
       fake.hang("SandboxGetFromNameV2")
-      const hung = yield* Effect.flip(backend.find({ id: computerId("err") }))
+      const hung = yield* withBackend(Effect.flip(Effect.flatMap(Backend, (short) => short.find({ id: computerId("err") }))), { callTimeoutMs: 500 })
       fake.unhang("SandboxGetFromNameV2")
       assert.strictEqual(hung.reason, "Timeout")
       assert.match(hung.message, /no answer from Modal within 0.5 s/)
       assert.strictEqual(fake.running().length, before)
-    }), { callTimeoutMs: 500 }), 60_000)
+    })), 60_000)
 
   it.live("wrong tokens are reported as such, without the secret", () =>
     withBackend(Effect.gen(function*() {

@@ -41,7 +41,7 @@ const computerId = (what: string) => `k${process.pid}-${what}-${counter++}`
 const tagsOf = (request: Record<string, any>): Record<string, string> =>
   Object.fromEntries(request["tags"].map((t: Record<string, string>) => [t["tagName"], t["tagValue"]]))
 
-const pollsOf = (sandboxId: string) => fake.calls.filter((c) => c.method === "SandboxWaitV2" && c.request["sandboxId"] === sandboxId).length
+const pollsOf = (sandboxId: string) => fake.calls.filter((c) => c.method.startsWith("SandboxWait") && c.request["sandboxId"] === sandboxId).length
 
 describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in them)")("Modal computers through the kernel", () => {
   it.live("a session's temporary computer carries the kernel's metadata and is terminated when the session ends", () =>
@@ -49,7 +49,8 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
       const { computers, processes } = yield* services
       const ran = yield* processes.exec("s1", { command: "pwd" })
       assert.strictEqual(ran.stdout, "/home/agent\n")
-      const created = fake.callsOf("SandboxCreateV2").find((request) => tagsOf(request)["kilntainers-computer-id"] === ran.computer_id)!
+      // Without network, a V1 sandbox (ModalSdk.ts).
+      const created = fake.callsOf("SandboxCreate").find((request) => tagsOf(request)["kilntainers-computer-id"] === ran.computer_id)!
       const tags = tagsOf(created)
       assert.strictEqual(tags["kilntainers-temporary"], "true")
       assert.strictEqual(tags["kilntainers-owner-pid"], String(process.pid), "the reaper can tell whether this server still runs")

@@ -23,12 +23,16 @@ const request = {
 
 interface Stub {
   readonly calls: Array<[string, ...Array<unknown>]>
+  /** The profile's sandboxV2 at each create, as the SDK reads it when `create` is called. */
+  readonly v2AtCreate: Array<unknown>
   readonly client: ModalSdk.ModalClientLike
   readonly sandbox: (id: string, tags: Record<string, string>) => Sandbox
 }
 
 const stub = (overrides: Partial<ModalSdk.ModalClientLike["sandboxes"]> = {}): Stub => {
   const calls: Array<[string, ...Array<unknown>]> = []
+  const v2AtCreate: Array<unknown> = []
+  const profile = { sandboxV2: true }
   const sandbox = (id: string, tags: Record<string, string>) =>
     ({
       sandboxId: id,
@@ -61,6 +65,7 @@ const stub = (overrides: Partial<ModalSdk.ModalClientLike["sandboxes"]> = {}): S
     sandboxes: {
       create: (_app, _image, params) => {
         calls.push(["sandboxes.create", params])
+        v2AtCreate.push(profile.sandboxV2)
         return Promise.resolve(sandbox("sb-1", { ...params?.tags }))
       },
       fromId: (sandboxId) => {
@@ -79,9 +84,10 @@ const stub = (overrides: Partial<ModalSdk.ModalClientLike["sandboxes"]> = {}): S
       },
       ...overrides
     },
-    close: () => calls.push(["close"])
+    close: () => calls.push(["close"]),
+    profile
   }
-  return { calls, client, sandbox }
+  return { calls, v2AtCreate, client, sandbox }
 }
 
 describe("the Modal SDK adapter", () => {
@@ -115,6 +121,21 @@ describe("the Modal SDK adapter", () => {
         ["exec", ["echo", "hi"], { mode: "binary", stdout: "pipe", stderr: "pipe", pty: true, env: { KT_N: "1" } }],
         ["terminate", "sb-1"]
       ])
+    }))
+
+  it.effect("a sandbox without network or with an allowlist is asked of V1 (its policy is documented there); an open one of the SDK's default", () =>
+    Effect.gen(function*() {
+      const { client, v2AtCreate } = stub()
+      const gateway = ModalSdk.fromClient(client)
+      yield* gateway.create(request)
+      yield* gateway.create({ ...request, blockNetwork: false, outbound: { domains: ["pypi.org"], cidrs: [] } })
+      yield* gateway.create({ ...request, blockNetwork: false })
+      assert.deepStrictEqual(v2AtCreate, [false, false, true])
+      assert.strictEqual(client.profile?.sandboxV2, true, "the profile is as it was")
+      const { profile: _profile, ...withoutProfile } = client
+      const bare = ModalSdk.fromClient(withoutProfile)
+      const refused = yield* Effect.flip(bare.create(request))
+      assert.match(refused.message, /cannot be asked for a V1 sandbox/)
     }))
 
   it.effect("refuses what Modal would refuse without calling it", () =>

@@ -2,8 +2,10 @@
  * Checks HTTP exchanges against Fly's published Machines OpenAPI document (the subset in
  * machines-openapi.json, with its source): the request's path, query and body must be what an
  * operation declares, and the response's status and body what it declares for that status — or
- * one of the statuses Fly documents for every call (Response Codes, Rate Limits), with an
- * ErrorResponse body.
+ * one of the statuses Fly answers any call with (Response Codes, Rate Limits, and the 409/412 of
+ * leases, capacity and preconditions), with an ErrorResponse body. What Fly says only in prose is
+ * checked too (`x-kilntainers-documented`): a query parameter required in some cases (`instance_id`
+ * when waiting for `stopped`), and the memory a guest may have for its CPU kind and count.
  *
  * Stricter than the document in one way, on purpose: an object may not carry properties its
  * schema does not declare. Fly's server ignores unknown fields, so a misspelt field of ours would
@@ -38,10 +40,25 @@ interface Operation {
   readonly responses: Record<string, { readonly content: Record<string, { readonly schema: Schema }> }>
 }
 
+interface DescriptionRule {
+  readonly operation: string
+  readonly when: { readonly query: string; readonly equals: string }
+  readonly requires: { readonly query: string }
+}
+
+interface GuestSizing {
+  readonly operations: ReadonlyArray<string>
+  readonly multipleOfMb: number
+  readonly perCpuMb: Readonly<Record<string, { readonly min: number; readonly max: number }>>
+}
+
 interface Document {
   readonly "x-kilntainers-documented": {
     readonly "generic-responses": { readonly statuses: ReadonlyArray<number | string> }
     readonly "rate-limit": { readonly statuses: ReadonlyArray<number> }
+    readonly "conflicts": { readonly statuses: ReadonlyArray<number> }
+    readonly "description-rules": { readonly rules: ReadonlyArray<DescriptionRule> }
+    readonly "guest-sizing": GuestSizing
     readonly "list-metadata-filter": { readonly operation: string; readonly queryPrefix: string }
   }
   readonly paths: Record<string, Record<string, Operation>>
@@ -125,6 +142,21 @@ const queryValue = (raw: string, schema: Schema): unknown => {
   return raw
 }
 
+/** What the docs say of a guest's memory that the schema cannot: a range per CPU kind and count. */
+export const guestProblems = (guest: unknown, at: string): Array<string> => {
+  if (typeof guest !== "object" || guest === null) return []
+  const { cpu_kind: kind = "shared", cpus = 1, memory_mb: memory } = guest as { cpu_kind?: unknown; cpus?: unknown; memory_mb?: unknown }
+  if (typeof memory !== "number" || typeof cpus !== "number" || typeof kind !== "string") return []
+  const sizing = document["x-kilntainers-documented"]["guest-sizing"]
+  const range = sizing.perCpuMb[kind]
+  const problems: Array<string> = []
+  if (memory % sizing.multipleOfMb !== 0) problems.push(`${at}.memory_mb: ${memory} is not a multiple of ${sizing.multipleOfMb}`)
+  if (range !== undefined && (memory < range.min * cpus || memory > range.max * cpus)) {
+    problems.push(`${at}.memory_mb: ${memory} MB is outside ${range.min * cpus}–${range.max * cpus} MB for ${cpus} ${kind} CPU(s)`)
+  }
+  return problems
+}
+
 /** What is wrong with a request, by Fly's contract (empty when nothing). */
 export const checkRequest = (request: {
   readonly method: string
@@ -144,17 +176,26 @@ export const checkRequest = (request: {
     if (parameter === undefined) problems.push(`${where}: query parameter ${name} is not declared`)
     else problems.push(...validate(queryValue(raw, parameter.schema), parameter.schema, `${where} query ${name}`))
   }
+  for (const rule of document["x-kilntainers-documented"]["description-rules"].rules) {
+    if (rule.operation !== operation.operationId || request.query.get(rule.when.query) !== rule.when.equals) continue
+    if (!request.query.get(rule.requires.query)) {
+      problems.push(`${where}: query parameter ${rule.requires.query} is required when ${rule.when.query}=${rule.when.equals} (Fly's docs)`)
+    }
+  }
   const declared = operation.requestBody?.content["application/json"]?.schema
   if (request.body !== undefined) {
     if (declared === undefined) problems.push(`${where}: a body is sent but none is declared`)
     else problems.push(...validate(request.body, declared, `${where} body`))
+    if (document["x-kilntainers-documented"]["guest-sizing"].operations.includes(operation.operationId)) {
+      problems.push(...guestProblems((request.body as { config?: { guest?: unknown } } | null)?.config?.guest, `${where} body.config.guest`))
+    }
   } else if (operation.requestBody?.required === true) problems.push(`${where}: the body is required`)
   return problems
 }
 
 const isGeneric = (status: number) => {
   const documented = document["x-kilntainers-documented"]
-  return documented["rate-limit"].statuses.includes(status) ||
+  return documented["rate-limit"].statuses.includes(status) || documented["conflicts"].statuses.includes(status) ||
     documented["generic-responses"].statuses.some((entry) => entry === status || (entry === "5xx" && status >= 500 && status < 600))
 }
 

@@ -217,6 +217,21 @@ const document = {
       statuses: [429],
       body: "ErrorResponse"
     },
+    "conflicts": {
+      source: "superfly/fly-go flaps/flaps_error.go (409: a lease held by another, flyd's 'insufficient CPUs/memory available' on a host, 'no capacity'); Fly's answers seen by clients (412: 'insufficient resources to create new machine with existing volume', min_secrets_version / machine_version preconditions; Kilo-Org/cloud #388, #3212)",
+      statuses: [409, 412],
+      body: "ErrorResponse"
+    },
+    "description-rules": {
+      source: "https://fly.io/docs/machines/api/machines-resource/ (superfly/docs machines/api/machines-resource.mdx @1e41182), Wait: instance_id is 'Required when waiting for Machine to be in stopped state'",
+      rules: [{ operation: "Machines_wait", when: { query: "state", equals: "stopped" }, requires: { query: "instance_id" } }]
+    },
+    "guest-sizing": {
+      source: "https://fly.io/docs/machines/guides-examples/machine-sizing/ (General Rules): memory from 256 MB x shared CPUs to 2 GB x shared CPUs, from 2048 MB x performance CPUs to 8 GB x performance CPUs; memory_mb a multiple of 256 (machines-resource guest)",
+      operations: ["Machines_create"],
+      multipleOfMb: 256,
+      perCpuMb: { shared: { min: 256, max: 2048 }, performance: { min: 2048, max: 8192 } }
+    },
     "list-metadata-filter": {
       source: "https://fly.io/docs/machines/api/machines-resource/#list-machines (superfly/docs machines/api/machines-resource.mdx @1e41182): query metadata.{key}=value",
       operation: "Machines_list",

@@ -1,0 +1,140 @@
+/**
+ * Checkpoints on the host backend: a computer's workspace copied to
+ * `<stateDir>/checkpoints/<id>/home` (0700, never mounted in a sandbox), and a fork's workspace
+ * copied back from it with `cp -a --reflink=auto` (a reflink where the filesystem has them, a
+ * plain copy elsewhere), then given to the fork's own host uid.
+ *
+ * Capturing reads a tree the guest may be changing while it is read (the copy is live: processes
+ * are not frozen), so it never follows a path the guest could swap: each directory is opened with
+ * O_NOFOLLOW and its entries are reached through that descriptor (`/proc/self/fd/N/name`), each
+ * file is opened with O_NOFOLLOW and copied from its descriptor. A symlink is copied as a link;
+ * sockets, FIFOs and devices are left out. The copy stops when it would not fit on the disk.
+ */
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { execFile } from "node:child_process"
+import { constants } from "node:fs"
+import { chmod, copyFile, type FileHandle, lstat, mkdir, open, readdir, readlink, rm, statfs, symlink } from "node:fs/promises"
+import { join } from "node:path"
+import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
+import { type ProviderError, providerError } from "../../../domain/Errors.js"
+import type { Checkpointing, Instance } from "../../../services/Backend.js"
+import * as ComputerRecord from "./ComputerRecord.js"
+import * as GuestUser from "./GuestUser.js"
+
+const NAME = "host"
+/** Deeper trees are refused: one open descriptor per level. */
+const MAX_DEPTH = 256
+const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
+const FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
+
+const failed = (operation: string, error: unknown) => providerError(NAME, operation, "Failed", error instanceof Error ? error.message : String(error), error)
+
+/** Copies the tree open at `source` into the new directory `target`, within `budget` bytes. */
+const copyTree = async (source: FileHandle, target: string, budget: { left: number }, depth: number): Promise<void> => {
+  if (depth > MAX_DEPTH) throw new Error(`the workspace is deeper than ${MAX_DEPTH} directories`)
+  const at = `/proc/self/fd/${source.fd}`
+  for (const name of await readdir(at)) {
+    const path = `${at}/${name}`
+    const stat = await lstat(path).catch(() => undefined)
+    const into = join(target, name)
+    if (stat?.isDirectory()) {
+      // Gone or swapped for something else since it was listed: left out.
+      const dir = await open(path, DIRECTORY).catch(() => undefined)
+      if (dir === undefined) continue
+      try {
+        await mkdir(into, { mode: 0o700 })
+        await copyTree(dir, into, budget, depth + 1)
+        await chmod(into, (await dir.stat()).mode & 0o777)
+      } finally {
+        await dir.close()
+      }
+    } else if (stat?.isFile()) {
+      const file = await open(path, FILE).catch(() => undefined)
+      if (file === undefined) continue
+      try {
+        const opened = await file.stat()
+        if (!opened.isFile()) continue
+        budget.left -= opened.size
+        if (budget.left < 0) throw new Error("the checkpoint would not fit on the disk of the state directory")
+        await copyFile(`/proc/self/fd/${file.fd}`, into, constants.COPYFILE_FICLONE)
+        // Permission bits only: a copy made by the server never carries setuid or setgid.
+        await chmod(into, opened.mode & 0o777)
+      } finally {
+        await file.close()
+      }
+    } else if (stat?.isSymbolicLink()) {
+      const link = await readlink(path).catch(() => undefined)
+      if (link !== undefined) await symlink(link, into)
+    }
+  }
+}
+
+export interface HostCheckpointsOptions {
+  readonly checkpointsDir: string
+  /** A computer's workspace (`<dir>/home`), when the instance is still ours. */
+  readonly homeOf: (instance: Instance) => Effect.Effect<string, ProviderError>
+  readonly create: (metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
+  readonly remove: (instance: Instance) => Effect.Effect<void, ProviderError>
+  readonly computersDir: string
+}
+
+export const make = (options: HostCheckpointsOptions): Checkpointing => {
+  const dirOf = (stored: string) => join(options.checkpointsDir, stored)
+
+  const capture = (instance: Instance, id: string) =>
+    Effect.gen(function*() {
+      const home = yield* options.homeOf(instance)
+      const dir = dirOf(id)
+      yield* Effect.tryPromise({
+        try: async () => {
+          await mkdir(options.checkpointsDir, { recursive: true, mode: 0o700 })
+          await mkdir(dir, { mode: 0o700 })
+          const space = await statfs(options.checkpointsDir)
+          // Leaves 256 MiB of the disk free.
+          const budget = { left: space.bavail * space.bsize - 256 * 1024 * 1024 }
+          const source = await open(home, DIRECTORY)
+          try {
+            await mkdir(join(dir, "home"), { mode: 0o700 })
+            await copyTree(source, join(dir, "home"), budget, 0)
+          } finally {
+            await source.close()
+          }
+        },
+        catch: (error) => failed(`checkpoint computer '${instance.metadata.id}'`, error)
+      }).pipe(Effect.tapError(() => Effect.promise(() => rm(dir, { recursive: true, force: true }))))
+      return {
+        stored: id,
+        note: "the workspace (/home/agent) copied while the computer ran (not frozen: files written during the copy may be caught " +
+          "half-written); running processes, /tmp and mounted directories are not captured"
+      }
+    })
+
+  const restore = (stored: string, metadata: ComputerMetadata) =>
+    Effect.gen(function*() {
+      const instance = yield* options.create(metadata)
+      const dir = join(options.computersDir, metadata.id)
+      yield* Effect.gen(function*() {
+        yield* Effect.tryPromise({
+          // The checkpoint is the server's own (the guest never sees it): a plain cp is safe here.
+          try: () =>
+            new Promise<void>((resolve, reject) =>
+              execFile("cp", ["-a", "--reflink=auto", "--", `${join(dirOf(stored), "home")}/.`, join(dir, "home")], (error) =>
+                error === null ? resolve() : reject(error))),
+          catch: (error) => failed(`copy checkpoint ${stored} into computer '${metadata.id}'`, error)
+        })
+        const record = yield* ComputerRecord.read(dir)
+        const ids = Option.getOrUndefined(record)?.ids
+        if (ids !== undefined) yield* GuestUser.chownTree(join(dir, "home"), ids)
+      }).pipe(Effect.tapError(() => options.remove(instance)))
+      return instance
+    })
+
+  const remove = (stored: string) =>
+    Effect.tryPromise({
+      try: () => rm(dirOf(stored), { recursive: true, force: true, maxRetries: 3 }),
+      catch: (error) => failed(`remove checkpoint ${stored}`, error)
+    })
+
+  return { capture, restore, remove }
+}

@@ -1,0 +1,156 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll } from "vitest"
+import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
+import * as DockerCheckpoints from "../../src/layers/backends/docker/DockerCheckpoints.js"
+import * as E2BBackend from "../../src/layers/backends/e2b/E2BBackend.js"
+import * as FlyBackend from "../../src/layers/backends/fly/FlyBackend.js"
+import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
+import * as ModalBackend from "../../src/layers/backends/modal/ModalBackend.js"
+import * as WasmBackend from "../../src/layers/backends/wasm/WasmBackend.js"
+import * as Runtime from "../../src/layers/Runtime.js"
+import type { Backend } from "../../src/services/Backend.js"
+import { type ComputerHandle, Computers } from "../../src/services/Computers.js"
+import { Settings } from "../../src/services/Settings.js"
+import * as Docker from "../support/Docker.js"
+import { bwrapWorks, describeIf } from "../support/Requirements.js"
+import * as ScriptedBackend from "../support/ScriptedBackend.js"
+
+const stateDir = mkdtempSync(join(tmpdir(), "kt-checkpoints-"))
+afterAll(() => rmSync(stateDir, { recursive: true, force: true }))
+afterAll(Docker.removeOurContainers)
+
+const ids = Docker.computerIds()
+
+const withComputers = <A, E>(
+  backend: Layer.Layer<Backend, unknown>,
+  body: (computers: Computers["Type"]) => Effect.Effect<A, E>,
+  maxCheckpoints = 10
+) =>
+  Effect.gen(function*() {
+    const context = yield* Layer.build(Runtime.layer(Settings.make({ killGraceMs: 200, maxCheckpoints }), backend, `test-${process.pid}`))
+    return yield* body(yield* Effect.provide(Computers, context))
+  })
+
+/** Runs a shell script in the computer; its stdout, or a failure with its stderr. */
+const sh = (computer: ComputerHandle, script: string) =>
+  Effect.gen(function*() {
+    const result = yield* computer.run({ argv: ["sh", "-c", script], cwd: computer.home, env: { PATH: "/usr/local/bin:/usr/bin:/bin", HOME: computer.home } }, undefined, 65536)
+    assert.strictEqual(result.exit.exitCode, 0, `'${script}' failed: ${result.stderr}`)
+    return Buffer.from(result.stdout).toString("utf8")
+  })
+
+/** A file and an installed program (on the PATH of the home directory). */
+const SETUP = "echo original > note && mkdir -p .local/bin && printf '#!/bin/sh\\necho tool works\\n' > .local/bin/tool && chmod +x .local/bin/tool"
+const READ = "cat note && .local/bin/tool"
+
+/** The same specification on every backend that has checkpoints. */
+const forks = (backend: () => Layer.Layer<Backend, unknown>, stored: (checkpoint: string) => Effect.Effect<boolean>) => {
+  it.scopedLive("a computer with a file and a program is forked three times; each fork changes alone, the original untouched", () =>
+    withComputers(backend(), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("orig") })
+        yield* sh(original, SETUP)
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id, name: "after setup" })
+        assert.strictEqual(checkpoint.name, "after setup")
+        assert.isTrue(yield* stored(checkpoint.checkpoint_id))
+        const made = yield* Effect.forEach([0, 1, 2], (n) =>
+          computers.create("s1", { computer_id: ids(`fork${n}`), from_checkpoint: checkpoint.checkpoint_id }), { concurrency: 3 })
+        for (const fork of made) assert.strictEqual(yield* sh(fork, READ), "original\ntool works\n")
+        yield* Effect.forEach(made, (fork, n) => sh(fork, `echo fork-${n} > note && rm .local/bin/tool`), { concurrency: 3 })
+        for (const [n, fork] of made.entries()) assert.strictEqual(yield* sh(fork, "cat note; test -e .local/bin/tool || echo no tool"), `fork-${n}\nno tool\n`)
+        assert.strictEqual(yield* sh(original, READ), "original\ntool works\n")
+
+        yield* computers.deleteCheckpoint("s1", checkpoint.checkpoint_id)
+        assert.isFalse(yield* stored(checkpoint.checkpoint_id))
+        assert.deepStrictEqual(yield* computers.checkpoints("s1"), [])
+        // Forks made from it are independent computers: they outlive it.
+        assert.strictEqual(yield* sh(made[0]!, "cat note"), "fork-0\n")
+        const gone = yield* Effect.flip(computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id }))
+        assert.strictEqual(gone._tag, "CheckpointNotFound")
+      })), 120_000)
+
+  it.scopedLive("another session can neither fork nor see a private checkpoint; a shared one it can fork, not delete", () =>
+    withComputers(backend(), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("private") })
+        yield* sh(original, "echo mine > note")
+        const mine = yield* computers.checkpoint("s1", { computer_id: original.id })
+        const denied = yield* Effect.flip(computers.create("s2", { from_checkpoint: mine.checkpoint_id }))
+        assert.strictEqual(denied._tag, "AccessDenied")
+        assert.deepStrictEqual(yield* computers.checkpoints("s2"), [])
+        const shared = yield* computers.checkpoint("s1", { computer_id: original.id, shared: true })
+        const theirs = yield* computers.create("s2", { from_checkpoint: shared.checkpoint_id })
+        assert.strictEqual(yield* sh(theirs, "cat note"), "mine\n")
+        assert.deepStrictEqual((yield* computers.checkpoints("s2")).map((c) => c.checkpoint_id), [shared.checkpoint_id])
+        assert.strictEqual((yield* Effect.flip(computers.deleteCheckpoint("s2", shared.checkpoint_id)))._tag, "AccessDenied")
+        // A session's checkpoints end with it.
+        yield* computers.release("s1")
+        assert.isFalse(yield* stored(mine.checkpoint_id))
+        assert.isFalse(yield* stored(shared.checkpoint_id))
+      })), 120_000)
+
+  it.scopedLive("a session past --max-checkpoints is refused with a clear error, and may checkpoint again after a delete", () =>
+    withComputers(backend(), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("quota"), shared: true })
+        const first = yield* computers.checkpoint("s1", { computer_id: original.id })
+        const refused = yield* Effect.flip(computers.checkpoint("s1", { computer_id: original.id }))
+        assert.strictEqual(refused._tag, "QuotaExceeded")
+        assert.include(refused.message, "--max-checkpoints 1")
+        // Another session has a quota of its own.
+        yield* computers.checkpoint("s2", { computer_id: original.id })
+        yield* computers.deleteCheckpoint("s1", first.checkpoint_id)
+        yield* computers.checkpoint("s1", { computer_id: original.id })
+      }), 1), 120_000)
+}
+
+describeIf(bwrapWorks, "bubblewrap")("checkpoints and forks on the host backend", () => {
+  const checkpointsDir = join(stateDir, "host", "checkpoints")
+  forks(
+    () => HostBackend.layer({ stateDir: join(stateDir, "host"), network: false, sandbox: "bwrap" }),
+    (checkpoint) => Effect.sync(() => existsSync(join(checkpointsDir, checkpoint)))
+  )
+
+  it.scopedLive("a symlink in the workspace is copied as a link, never followed out of it", () =>
+    withComputers(HostBackend.layer({ stateDir: join(stateDir, "host"), network: false, sandbox: "bwrap" }), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("links") })
+        yield* sh(original, "ln -s /etc/hostname host-link && mkfifo pipe")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        const copied = readdirSync(join(checkpointsDir, checkpoint.checkpoint_id, "home"), { withFileTypes: true })
+        assert.isTrue(copied.find((entry) => entry.name === "host-link")?.isSymbolicLink())
+        // FIFOs (and sockets, devices) are left out.
+        assert.isUndefined(copied.find((entry) => entry.name === "pipe"))
+      })), 60_000)
+})
+
+describeIf(Docker.dockerWorks, `the ${Docker.TEST_ENGINE} engine`)(`checkpoints and forks on the ${Docker.TEST_ENGINE} backend`, () => {
+  const imageExists = (checkpoint: string) =>
+    Effect.promise(() =>
+      Docker.docker().getImage(`${DockerCheckpoints.REPOSITORY}:${checkpoint}`).inspect().then((image) =>
+        image.Config.Labels?.[DockerCheckpoints.LABEL] === checkpoint, () => false)
+    )
+  forks(() => DockerBackend.layer(Docker.testOptions()), imageExists)
+})
+
+describe("backends without checkpoints", () => {
+  it.scoped("a cloud backend refuses a checkpoint with Unsupported, and says so in its capabilities", () =>
+    Effect.gen(function*() {
+      const scripted = yield* ScriptedBackend.make({})
+      yield* withComputers(scripted.layer, (computers) =>
+        Effect.gen(function*() {
+          const computer = yield* computers.create("s1", { computer_id: "box" })
+          const refused = yield* Effect.flip(computers.checkpoint("s1", { computer_id: computer.id }))
+          assert.strictEqual(refused._tag, "Unsupported")
+          assert.include(refused.message, "checkpoints")
+        }))
+      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities, E2BBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+        assert.isFalse(capabilities.checkpoints)
+      }
+      assert.isTrue(HostBackend.capabilities.checkpoints && DockerBackend.capabilities.checkpoints)
+    }))
+})
