@@ -7,7 +7,8 @@
  * permanent computer: its processes survive the server's exit, crash or upgrade); started *bound*,
  * it ends when the server that started it does (its stdin is that server's: a temporary computer).
  * Only one agent runs per computer: a second launch exits with status 3 (the computer's lock, see
- * kt-sandbox --agent-dir and kt-agent --listen), and the launcher then attaches to the first.
+ * kt-sandbox --agent-dir and kt-agent --listen), and the launcher then attaches to the first. An
+ * agent that is ending (asked to stop moments ago) is waited out, a bounded number of times.
  */
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
@@ -53,6 +54,17 @@ const unavailable = (backend: string, detail: string, cause?: unknown) =>
 
 /** Whether nothing listens at the socket (no agent, or one that died): then one must be started. */
 const nobodyListens = (error: ProviderError) => /ENOENT|ECONNREFUSED/.test(error.detail)
+
+/**
+ * An agent that is ending (a stop or restart just asked it to) still holds the computer's lock and
+ * may accept a connection it never answers; moments later nobody listens and a new one starts.
+ */
+class AgentEnding {
+  readonly _tag = "AgentEnding"
+  constructor(readonly error: ProviderError) {}
+}
+const ENDING_TRIES = 25
+const ENDING_SPACING = "200 millis"
 
 /**
  * Attaches to the agent at `place.socket`, proving the key; detached (the agent and its processes
@@ -139,10 +151,29 @@ export const open = (
   bound: boolean,
   options: AgentOptions = {}
 ): Effect.Effect<AgentClient, ProviderError, Scope.Scope> =>
+  // Made once however many tries: a launch that found the lock held used none of it.
+  Effect.flatMap(Effect.cached(command), (made) =>
+    attachOrLaunch(backend, place, made, bound, options).pipe(
+      Effect.retry({ while: (error) => error instanceof AgentEnding, schedule: Schedule.spaced(ENDING_SPACING), times: ENDING_TRIES }),
+      Effect.mapError((error) => (error instanceof AgentEnding ? error.error : error))
+    ))
+
+/** One try of `open`: AgentEnding when the agent found is on its way out. */
+const attachOrLaunch = (
+  backend: string,
+  place: AgentPlace,
+  command: Effect.Effect<AgentCommand, ProviderError, Scope.Scope>,
+  bound: boolean,
+  options: AgentOptions
+): Effect.Effect<AgentClient, ProviderError | AgentEnding, Scope.Scope> =>
   Effect.gen(function*() {
     const first = yield* Effect.either(attach(backend, place, options))
     if (first._tag === "Right") return first.right
-    if (!nobodyListens(first.left)) return yield* first.left
+    if (!nobodyListens(first.left)) {
+      // Connected, but the connection ended before the handshake: an agent on its way out.
+      const ending = /connection to the computer's agent ended/.test(first.left.detail)
+      return yield* (ending ? Effect.fail<ProviderError | AgentEnding>(new AgentEnding(first.left)) : Effect.fail(first.left))
+    }
     const started = launch(yield* command, place.key, bound)
     if (bound) {
       yield* Effect.addFinalizer(() => Effect.sync(() => started.child.stdin?.end()))
@@ -176,7 +207,14 @@ export const open = (
       }
       return outcome.client
     }
-    if (outcome.exit.code === ALREADY_RUNNING || outcome.exit.code === 0) return yield* attach(backend, place, options)
+    if (outcome.exit.code === ALREADY_RUNNING || outcome.exit.code === 0) {
+      // The lock was held: by a running agent (attach), or by one that is ending (try again).
+      return yield* attach(backend, place, options).pipe(
+        Effect.catchAll((error): Effect.Effect<never, ProviderError | AgentEnding> =>
+          nobodyListens(error) ? Effect.fail(new AgentEnding(error)) : Effect.fail(error)
+        )
+      )
+    }
     return yield* providerError(
       backend,
       "start the computer's agent",
