@@ -17,7 +17,7 @@ import * as ComputerActor from "../actors/ComputerActor.js"
 import { computerIdPattern, computerIdProblem, generateComputerId } from "../domain/ComputerIds.js"
 import { AccessDenied, ComputerNotFound, InvalidInput, type ProviderError, Unsupported } from "../domain/Errors.js"
 import { AuditLog } from "../services/AuditLog.js"
-import { Backend, type Instance } from "../services/Backend.js"
+import { Backend, type Instance, survivalOf } from "../services/Backend.js"
 import { type CheckpointRequest, type ComputerInfo, type ComputerRequest, Computers } from "../services/Computers.js"
 import { ServerIdentity } from "../services/ServerIdentity.js"
 import { Settings } from "../services/Settings.js"
@@ -315,7 +315,8 @@ export const layer = Layer.scoped(
       checkpoint,
       checkpoints: checkpoints.list,
       deleteCheckpoint: checkpoints.remove,
-      pool: pool === undefined ? Effect.succeed(undefined) : pool.status
+      pool: pool === undefined ? Effect.succeed(undefined) : pool.status,
+      serverExit: survivalOf(backend.capabilities, backend.name)
     })
   })
 )

@@ -34,6 +34,20 @@ export interface Capabilities {
   readonly checkpoints: boolean
 }
 
+/**
+ * What of a computer outlives the server that runs it, in one sentence for `computer_list`: said
+ * plainly, so that an agent on a backend whose processes end with the server knows before it relies
+ * on them.
+ */
+export const survivalOf = (capabilities: Capabilities, backend: string): string =>
+  !capabilities.persistence
+    ? "Nothing: every computer ends with this server."
+    : capabilities.heldProcesses
+    ? "A permanent computer keeps its files, and its processes run on in it after this server ends (a later server does not list them yet); a temporary one ends with its session."
+    : backend === "toolset" || backend === "wasm"
+    ? "A permanent computer keeps its files as saved after each process ends (in the state directory); its processes and their output end with this server."
+    : "A permanent computer keeps its files; its processes and their output end with this server."
+
 /** Every capability; a backend declares what it lacks: `capabilitiesWithout({ pty: false })`. */
 export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]: false }> = {}): Capabilities => ({
   pty: true,

@@ -144,6 +144,8 @@ export class Computers extends Context.Tag("kilntainers/services/Computers")<Com
   readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, ProviderError>
   /** The warm pool, when there is one. */
   readonly pool: Effect.Effect<PoolStatus | undefined>
+  /** What of a computer outlives this server, in a sentence (Backend.survivalOf). */
+  readonly serverExit: string
   /** Captures a computer's filesystem as a new checkpoint of this session (counted against --max-checkpoints). */
   readonly checkpoint: (session: string, request: CheckpointRequest) => Effect.Effect<CheckpointInfo, CheckpointError>
   /** The checkpoints a session may fork: its own and shared ones. */

@@ -14,6 +14,7 @@ const Inventory = Schema.Struct({
   computers: Schema.Array(ComputerInfo),
   count: Schema.Number,
   pool: Schema.optional(PoolStatus.annotations({ description: "The warm pool of computers prepared ahead" })),
+  serverExit: Schema.String.annotations({ description: "What outlives this server" }),
   audit: Schema.optional(Schema.Array(RecentActivity.Activity).annotations({
     description: "Recent activity of these computers from the audit log (processes, files, lifecycle, network), oldest first"
   }))
@@ -38,6 +39,7 @@ const inventory = (session: string, withAudit: boolean) =>
             computers: list,
             count: list.length,
             ...(pool === undefined ? {} : { pool }),
+            serverExit: computers.serverExit,
             ...(audit.length === 0 ? {} : { audit })
           })
         )
