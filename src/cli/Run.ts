@@ -1,4 +1,7 @@
-#!/usr/bin/env node
+/**
+ * Runs the `kilntainers` command line (Cli.ts) in Node's runtime, its logs on stderr, the exit code
+ * set from the command's result. Loaded by bin.ts once Node's compile cache is on.
+ */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
