@@ -58,7 +58,7 @@ const startServer = () =>
     server.stderr.on("data", (chunk) => {
       log += chunk
       const match = /MCP over HTTP at http:\/\/[^:]+:(\d+)\/mcp/.exec(log)
-      if (match) resolve({ server, url: `http://127.0.0.1:${match[1]}/mcp` })
+      if (match) resolve({ server, url: `http://127.0.0.1:${match[1]}/mcp`, log: () => log })
     })
     server.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)))
     setTimeout(() => reject(new Error(`server did not start: ${log}`)), 60_000)
@@ -77,11 +77,15 @@ const connect = async (url, i) => {
 }
 
 async function runServer() {
-  const { server, url } = await startServer()
+  const { server, url, log } = await startServer()
   const before = memory(server.pid, "VmRSS")
   const latencies = []
   let failures = 0
-  const clients = await Promise.all(Array.from({ length: sessions }, (_, i) => connect(url, i)))
+  const clients = await Promise.all(Array.from({ length: sessions }, (_, i) => connect(url, i))).catch((error) => {
+    console.error(`connecting failed (server ${server.exitCode === null ? "running" : `exited ${server.exitCode}`}): ${error?.cause?.message ?? error}\n${log().slice(-2000)}`)
+    server.kill("SIGTERM")
+    process.exit(1)
+  })
   // Each session's computer exists before the clock starts: the run measures calls, not creation.
   await Promise.all(clients.map(({ client, meta }) =>
     // Fifty containers at once can take longer than the SDK's 60 s default.
