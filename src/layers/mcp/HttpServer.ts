@@ -93,6 +93,10 @@ export const serveHttp = (options: HttpOptions) =>
     }
     const context = yield* Effect.context<Processes | Computers | Files | Settings>()
     const node = createServer()
+    // Idle keep-alive connections are closed by the client, not by us: Node's 5 s default let a busy
+    // server close a connection just as a client (undici keeps them 4 s) sent the next request on
+    // it, which the client saw as ECONNRESET (50 sessions connecting at once, bench/http-scale.mjs).
+    node.keepAliveTimeout = 65_000
     const server = yield* NodeHttpServer.make(() => node, { host: options.host, port: options.port }).pipe(
       Effect.mapError((error) => new HttpStartError({ message: `cannot listen on ${options.host}:${options.port}: ${describe(error.cause)}` }))
     )
