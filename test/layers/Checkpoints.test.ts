@@ -16,6 +16,8 @@ import type { Backend } from "../../src/services/Backend.js"
 import { type ComputerHandle, Computers } from "../../src/services/Computers.js"
 import { Settings } from "../../src/services/Settings.js"
 import * as Docker from "../support/Docker.js"
+import * as E2BFake from "../support/E2BFake.js"
+import * as E2BTestKit from "./backends/e2b/E2BTestKit.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 import * as ScriptedBackend from "../support/ScriptedBackend.js"
 
@@ -137,6 +139,36 @@ describeIf(Docker.dockerWorks, `the ${Docker.TEST_ENGINE} engine`)(`checkpoints 
   forks(() => DockerBackend.layer(Docker.testOptions()), imageExists)
 })
 
+describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("checkpoints and forks on E2B (real SDK against the fake)", () => {
+  const started = bwrapWorks ? E2BFake.start({ defaultTimeoutSec: 120 }) : new Promise<E2BFake.E2BFake>(() => {})
+  afterAll(async () => (bwrapWorks ? (await started).close() : undefined))
+  const backend = () => Layer.unwrapEffect(Effect.promise(() => started).pipe(Effect.map((fake) => E2BBackend.layer(E2BTestKit.options(fake)))))
+  /** The fake holds E2B snapshots exactly while the specification's checkpoints exist (one test at a time). */
+  forks(backend, () => Effect.promise(() => started).pipe(Effect.map((fake) => fake.snapshots().length > 0)))
+
+  it.scopedLive("a checkpoint is an E2B snapshot that outlives its sandbox, and goes from E2B with the checkpoint", () =>
+    withComputers(backend(), (computers) =>
+      Effect.gen(function*() {
+        const fake = yield* Effect.promise(() => started)
+        const original = yield* computers.create("s1", { computer_id: ids("e2b-orig") })
+        yield* sh(original, "echo kept > note")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, "E2B snapshot")
+        const [snapshot] = fake.snapshots()
+        assert.isDefined(snapshot)
+        assert.strictEqual(fake.requests.filter((r) => r.method === "POST" && r.path.endsWith("/snapshots")).at(-1)?.status, 201)
+        yield* computers.delete("s1", original.id)
+        assert.isFalse(fake.sandboxes().some((sandbox) => sandbox.sandboxID === snapshot!.sandboxID))
+        const fork = yield* computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })
+        assert.strictEqual(yield* sh(fork, "cat note"), "kept\n")
+        // The fork boots from the snapshot's template, named by its id.
+        assert.isTrue(fake.sandboxes().some((sandbox) => sandbox.templateID === snapshot!.snapshotID))
+        yield* computers.deleteCheckpoint("s1", checkpoint.checkpoint_id)
+        assert.deepStrictEqual(fake.snapshots(), [])
+        assert.strictEqual(fake.requests.filter((r) => r.method === "DELETE" && r.path.startsWith("/templates/")).at(-1)?.status, 204)
+      })), 120_000)
+})
+
 describe("backends without checkpoints", () => {
   it.scoped("a cloud backend refuses a checkpoint with Unsupported, and says so in its capabilities", () =>
     Effect.gen(function*() {
@@ -148,9 +180,9 @@ describe("backends without checkpoints", () => {
           assert.strictEqual(refused._tag, "Unsupported")
           assert.include(refused.message, "checkpoints")
         }))
-      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities, E2BBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities, WasmBackend.toolsetCapabilities]) {
         assert.isFalse(capabilities.checkpoints)
       }
-      assert.isTrue(HostBackend.capabilities.checkpoints && DockerBackend.capabilities.checkpoints)
+      assert.isTrue(HostBackend.capabilities.checkpoints && DockerBackend.capabilities.checkpoints && E2BBackend.capabilities.checkpoints)
     }))
 })
