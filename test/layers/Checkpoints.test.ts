@@ -117,6 +117,22 @@ describeIf(bwrapWorks, "bubblewrap")("checkpoints and forks on the host backend"
     (checkpoint) => Effect.sync(() => existsSync(join(checkpointsDir, checkpoint)))
   )
 
+  // This machine: cgroup v1 with its freezer mounted, as root; v2 freezes the computer's own cgroup.
+  const freezerHere = process.getuid?.() === 0 && (existsSync("/sys/fs/cgroup/freezer") || existsSync("/sys/fs/cgroup/cgroup.controllers"))
+  it.scopedLive("a computer's processes are frozen while its workspace is copied, and run on after it", () =>
+    withComputers(HostBackend.layer({ stateDir: join(stateDir, "host"), network: false, sandbox: "bwrap" }), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("frozen") })
+        // A guest that keeps writing: a frozen copy catches it at one moment, a live one mid-stream.
+        yield* sh(original, "(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i > counter; sleep 0.01; done) >/dev/null 2>&1 &")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, freezerHere ? "processes were frozen" : "copied live")
+        // Thawed: the writer moves on after the copy.
+        const before = Number(yield* sh(original, "cat counter"))
+        yield* Effect.sleep("500 millis")
+        assert.isAbove(Number(yield* sh(original, "cat counter")), before)
+      })), 60_000)
+
   it.scopedLive("a symlink in the workspace is copied as a link, never followed out of it", () =>
     withComputers(HostBackend.layer({ stateDir: join(stateDir, "host"), network: false, sandbox: "bwrap" }), (computers) =>
       Effect.gen(function*() {

@@ -4,8 +4,8 @@
  * copied back from it with `cp -a --reflink=auto` (a reflink where the filesystem has them, a
  * plain copy elsewhere), then given to the fork's own host uid.
  *
- * Capturing reads a tree the guest may be changing while it is read (the copy is live: processes
- * are not frozen), so it never follows a path the guest could swap: each directory is opened with
+ * The computer's processes are frozen during the copy where the host has a cgroup freezer
+ * (Freezer.ts); elsewhere the copy is live. Either way the server reads a tree the guest controls, so it never follows a path the guest could swap: each directory is opened with
  * O_NOFOLLOW and its entries are reached through that descriptor (`/proc/self/fd/N/name`), each
  * file is opened with O_NOFOLLOW and copied from its descriptor. A symlink is copied as a link;
  * sockets, FIFOs and devices are left out. The copy stops when it would not fit on the disk.
@@ -17,6 +17,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
 import { execFile } from "node:child_process"
 import { constants } from "node:fs"
 import { chmod, copyFile, type FileHandle, lstat, mkdir, open, readdir, readFile, readlink, rm, statfs, symlink, writeFile } from "node:fs/promises"
@@ -89,6 +90,8 @@ export interface HostCheckpointsOptions {
   readonly checkpointsDir: string
   /** A computer's workspace (`<dir>/home`), when the instance is still ours. */
   readonly homeOf: (instance: Instance) => Effect.Effect<string, ProviderError>
+  /** Freezes the computer's processes for the life of the Scope; false when it cannot (Freezer.ts). */
+  readonly freeze?: ((instance: Instance) => Effect.Effect<boolean, ProviderError, Scope.Scope>) | undefined
   readonly create: (metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
   readonly remove: (instance: Instance) => Effect.Effect<void, ProviderError>
   readonly computersDir: string
@@ -101,7 +104,24 @@ export const make = (options: HostCheckpointsOptions): Checkpointing => {
     Effect.gen(function*() {
       const home = yield* options.homeOf(instance)
       const dir = dirOf(id)
-      yield* Effect.tryPromise({
+      // Frozen while the copy runs (thawed when the scope closes, whatever its exit).
+      const frozen = yield* Effect.scoped(Effect.gen(function*() {
+        const held = options.freeze === undefined ? false : yield* options.freeze(instance)
+        yield* copy(instance, home, dir, owner)
+        return held
+      }))
+      return {
+        stored: id,
+        note: frozen
+          ? "the workspace (/home/agent) copied while the computer's processes were frozen (a consistent copy); " +
+            "running processes, /tmp and mounted directories are not captured"
+          : "the workspace (/home/agent) copied live: no cgroup freezer here, so files written during the copy may be caught " +
+            "half-written; running processes, /tmp and mounted directories are not captured"
+      }
+    })
+
+  const copy = (instance: Instance, home: string, dir: string, owner: Owner) =>
+    Effect.tryPromise({
         try: async () => {
           await mkdir(options.checkpointsDir, { recursive: true, mode: 0o700 })
           await mkdir(dir, { mode: 0o700 })
@@ -119,12 +139,6 @@ export const make = (options: HostCheckpointsOptions): Checkpointing => {
         },
         catch: (error) => failed(`checkpoint computer '${instance.metadata.id}'`, error)
       }).pipe(Effect.tapError(() => Effect.promise(() => rm(dir, { recursive: true, force: true }))))
-      return {
-        stored: id,
-        note: "the workspace (/home/agent) copied while the computer ran (not frozen: files written during the copy may be caught " +
-          "half-written); running processes, /tmp and mounted directories are not captured"
-      }
-    })
 
   const restore = (stored: string, metadata: ComputerMetadata) =>
     Effect.gen(function*() {
