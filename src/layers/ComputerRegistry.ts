@@ -317,6 +317,7 @@ export const layer = Layer.scoped(
       checkpoint,
       checkpoints: checkpoints.list,
       deleteCheckpoint: checkpoints.remove,
+      capabilities: backend.capabilities,
       pool: pool === undefined ? Effect.succeed(undefined) : pool.status
     })
   })
