@@ -185,6 +185,28 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("checkpo
       })), 120_000)
 })
 
+describeIf(WasmBackend.findToolsetDir() !== undefined, "the WASI toolset (bash wasm/build.sh)")("checkpoints and forks on the WASM toolset", () => {
+  const wasm = () => WasmBackend.layer({ mode: "toolset", modulePath: undefined, stateDir: join(stateDir, "wasm"), maxMemoryMb: 256, timeoutMs: 60_000 })
+  it.scopedLive("a computer's files are forked three times; each fork changes alone, the original untouched", () =>
+    withComputers(wasm(), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("wasm-orig"), temporary: false })
+        yield* sh(original, "mkdir -p data && echo original > data/note")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, "consistent")
+        const made = yield* Effect.forEach([0, 1, 2], (n) => computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id, temporary: n !== 0 }))
+        yield* Effect.forEach(made, (fork, n) => sh(fork, `echo fork-${n} > data/note`))
+        for (const [n, fork] of made.entries()) assert.strictEqual(yield* sh(fork, "cat data/note"), `fork-${n}\n`)
+        assert.strictEqual(yield* sh(original, "cat data/note"), "original\n")
+        // A later change of the original does not reach the checkpoint.
+        yield* sh(original, "echo changed > data/note")
+        const late = yield* computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })
+        assert.strictEqual(yield* sh(late, "cat data/note"), "original\n")
+        yield* computers.deleteCheckpoint("s1", checkpoint.checkpoint_id)
+        assert.strictEqual((yield* Effect.flip(computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })))._tag, "CheckpointNotFound")
+      })), 120_000)
+})
+
 describe("backends without checkpoints", () => {
   it.scoped("a cloud backend refuses a checkpoint with Unsupported, and says so in its capabilities", () =>
     Effect.gen(function*() {
@@ -196,9 +218,11 @@ describe("backends without checkpoints", () => {
           assert.strictEqual(refused._tag, "Unsupported")
           assert.include(refused.message, "checkpoints")
         }))
-      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities]) {
         assert.isFalse(capabilities.checkpoints)
       }
-      assert.isTrue(HostBackend.capabilities.checkpoints && DockerBackend.capabilities.checkpoints && E2BBackend.capabilities.checkpoints)
+      for (const capabilities of [HostBackend.capabilities, DockerBackend.capabilities, E2BBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+        assert.isTrue(capabilities.checkpoints)
+      }
     }))
 })
