@@ -4,7 +4,7 @@ import * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import type { ComputerMetadata, LabelStyle } from "../domain/ComputerMetadata.js"
+import type { ComputerMetadata, LabelStyle, Owner } from "../domain/ComputerMetadata.js"
 import { type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
 
 /** What a backend can do; the kernel reads these and refuses what is missing with `Unsupported`. */
@@ -209,12 +209,20 @@ export interface Renewal {
  * the copy (an image id, a directory name): what `restore` and `remove` take.
  */
 export interface Checkpointing {
-  /** Captures the filesystem of a running computer; `note` says how consistent the copy is. */
-  readonly capture: (instance: Instance, id: string) => Effect.Effect<{ readonly stored: string; readonly note: string }, ProviderError>
+  /**
+   * Captures the filesystem of a running computer; `note` says how consistent the copy is. `owner`
+   * (the server taking it) is recorded with the copy where the provider can, for `sweep`.
+   */
+  readonly capture: (instance: Instance, id: string, owner: Owner) => Effect.Effect<{ readonly stored: string; readonly note: string }, ProviderError>
   /** Creates and starts a computer from a checkpoint, as `create` does (its base image stays the backend's). */
   readonly restore: (stored: string, metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
   /** Removes the copy (also when it is already gone); computers made from it are not affected. */
   readonly remove: (stored: string) => Effect.Effect<void, ProviderError>
+  /**
+   * Removes copies a crashed server left (their recorded owner is not `alive`), a bounded number
+   * per call; answers how many. Only the provider's own, labelled copies are looked at.
+   */
+  readonly sweep?: ((alive: (owner: Owner) => boolean) => Effect.Effect<number, ProviderError>) | undefined
 }
 
 /** Which of our computers to find. */

@@ -12,7 +12,7 @@ import type {
   SpawnFailed,
   Unsupported
 } from "../domain/Errors.js"
-import type { ExitInfo, SpawnSpec } from "./Backend.js"
+import type { Capabilities, ExitInfo, SpawnSpec } from "./Backend.js"
 import type { OutputLimit, ProcessHandle } from "./Processes.js"
 
 /** What `computer_list` shows of one computer. */
@@ -144,6 +144,8 @@ export class Computers extends Context.Tag("kilntainers/services/Computers")<Com
   readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, ProviderError>
   /** The warm pool, when there is one. */
   readonly pool: Effect.Effect<PoolStatus | undefined>
+  /** What the backend's computers can do (computer_list names what they cannot). */
+  readonly capabilities: Capabilities
   /** Captures a computer's filesystem as a new checkpoint of this session (counted against --max-checkpoints). */
   readonly checkpoint: (session: string, request: CheckpointRequest) => Effect.Effect<CheckpointInfo, CheckpointError>
   /** The checkpoints a session may fork: its own and shared ones. */

@@ -184,6 +184,8 @@ export const make = (options: HostBackendOptions) =>
         checkpointsDir: resolve(options.stateDir, "checkpoints"),
         computersDir,
         homeOf: workspaces.homeOf,
+        freeze: launcher === undefined ? undefined : (instance) =>
+          Effect.flatMap(workspaces.keyOf(instance), (key) => (key === undefined ? Effect.succeed(false) : launcher.freeze(key))),
         create: workspaces.create,
         remove: workspaces.remove
       }),
