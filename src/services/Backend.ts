@@ -28,6 +28,8 @@ export interface Capabilities {
   readonly networkControl: boolean
   /** Checkpoints of a computer's filesystem, and new computers made from them (`Backend.checkpoints`). */
   readonly checkpoints: boolean
+  /** Preview URLs: a port inside the computer reached without its network (`Connection.openPort`). */
+  readonly previews: boolean
 }
 
 /** Every capability; a backend declares what it lacks: `capabilitiesWithout({ pty: false })`. */
@@ -41,6 +43,7 @@ export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]
   files: true,
   networkControl: true,
   checkpoints: true,
+  previews: true,
   ...missing
 })
 

@@ -76,7 +76,7 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000
  * What works on E2B. restart: pause + resume (filesystem kept, a cold boot); files: the runtime
  * reads and writes files with processes, whose output is exact bytes; networkControl: not offered.
  */
-export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, checkpoints: false })
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, checkpoints: false, previews: false })
 
 /** The E2B provider, after the startup checks: valid limits, and an API that answers and takes the key. */
 export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
