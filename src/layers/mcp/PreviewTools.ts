@@ -31,7 +31,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "computer_unexpose",
-    description: "Revoke a preview URL (its preview_id or URL): refused from now on.",
+    description: "Revoke a preview URL (give its preview_id or URL).",
     input: UnexposeInput,
     output: Schema.Struct({ ok: Schema.Boolean }),
     annotations: Tool.annotations("Revoke a preview URL", false, true, true),
