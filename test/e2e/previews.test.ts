@@ -9,6 +9,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { assert, it } from "vitest"
+import { createHash } from "node:crypto"
 import { existsSync } from "node:fs"
 import WebSocket from "ws"
 import { binPath, startHttpServer, startServer } from "../support/McpHarness.js"
@@ -72,7 +73,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const startServers = async (call: Call, computer: string) => {
   const setup = await call("sandbox_exec", {
     computer_id: computer,
-    command: "mkdir -p site && echo 'hello from inside' > site/hello.txt && printf '%s' \"$ECHO\" > echo.py",
+    command: "mkdir -p site && echo 'hello from inside' > site/hello.txt && head -c 5000000 /dev/urandom > site/big.bin && printf '%s' \"$ECHO\" > echo.py",
     env: { ECHO: ECHO_SERVER }
   })
   assert.strictEqual(setup.structured.exit_code, 0, setup.text)
@@ -119,6 +120,10 @@ const story = async (call: Call, mcpOrigin?: string) => {
   assert.strictEqual(page.status, 200)
   assert.strictEqual(await page.text(), "hello from inside\n")
   assert.strictEqual(page.headers.get("referrer-policy"), "no-referrer")
+  // Many relay windows' worth, intact.
+  const big = Buffer.from(await (await fetch(`${url}big.bin`)).arrayBuffer())
+  const inside = await call("sandbox_exec", { computer_id: computer, command: "sha256sum site/big.bin | cut -d' ' -f1" })
+  assert.strictEqual(createHash("sha256").update(big).digest("hex"), inside.structured.stdout.trim())
   // Without its trailing slash, the preview redirects to it (relative links resolve under the prefix).
   const bare = await fetch(url.slice(0, -1), { redirect: "manual" })
   assert.strictEqual(bare.status, 308)
