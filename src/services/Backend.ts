@@ -4,6 +4,7 @@ import * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import type { Duplex } from "node:stream"
 import type { ComputerMetadata, LabelStyle, Owner } from "../domain/ComputerMetadata.js"
 import { type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
 
@@ -27,6 +28,8 @@ export interface Capabilities {
   readonly networkControl: boolean
   /** Checkpoints of a computer's filesystem, and new computers made from them (`Backend.checkpoints`). */
   readonly checkpoints: boolean
+  /** Preview URLs: a port inside the computer reached without its network (`Connection.openPort`). */
+  readonly previews: boolean
 }
 
 /** Every capability; a backend declares what it lacks: `capabilitiesWithout({ pty: false })`. */
@@ -40,6 +43,7 @@ export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]
   files: true,
   networkControl: true,
   checkpoints: true,
+  previews: true,
   ...missing
 })
 
@@ -191,6 +195,11 @@ export interface Connection {
    * outside, agent killed, machine stopped), with a sentence saying what happened. Never fails.
    */
   readonly lost: Effect.Effect<string>
+  /**
+   * A connection to 127.0.0.1:port inside the computer that needs no network in it (the agent's
+   * relay): what preview URLs are served through. Absent where the backend has no such channel.
+   */
+  readonly openPort?: ((port: number) => Effect.Effect<Duplex, ProviderError>) | undefined
 }
 
 /** Lease renewal or keep-alive that the kernel schedules (with `Clock`) while it holds a computer. */

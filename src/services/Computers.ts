@@ -1,6 +1,7 @@
 import type * as Effect from "effect/Effect"
 import * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
+import type { Duplex } from "node:stream"
 import type {
   AccessDenied,
   CheckpointNotFound,
@@ -118,6 +119,8 @@ export interface ComputerHandle {
   readonly spawn: (request: ProcessRequest) => Effect.Effect<ProcessHandle, SpawnFailed | ComputerUnavailable | ProviderError>
   /** Runs a helper command to completion, stdin given, stdout kept up to `maxBytes`. Not listed in ps. */
   readonly run: (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) => Effect.Effect<RunResult, SpawnFailed | ComputerUnavailable | ProviderError>
+  /** A connection to 127.0.0.1:port inside the computer, without network in it (preview URLs); `Unsupported` where the backend has none. */
+  readonly openPort: (port: number) => Effect.Effect<Duplex, ComputerUnavailable | ProviderError | Unsupported>
   /** A warning for the agent while the provider's end of life for this computer is near (E2B's plan cap). */
   readonly warning: Effect.Effect<string | undefined>
   /** Completes when the computer is gone from this server (deleted, released, server shutdown). */

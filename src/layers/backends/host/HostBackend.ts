@@ -161,6 +161,7 @@ export const make = (options: HostBackendOptions) =>
         return {
           home: sandboxed ? Launcher.SANDBOX_HOME : home,
           spawn: (spec) => AgentProcesses.spawn(NAME, client, spec),
+          openPort: (port) => client.openPort(port),
           lost: Deferred.await(lost)
         } satisfies Connection
       }).pipe(Effect.withSpan("HostBackend.connect"))

@@ -60,7 +60,7 @@ export interface WasmBackendOptions {
 }
 
 /** The capabilities of the toolset backend. */
-export const toolsetCapabilities: Capabilities = capabilitiesWithout({ pty: false, signals: false, networkControl: false })
+export const toolsetCapabilities: Capabilities = capabilitiesWithout({ pty: false, signals: false, networkControl: false, previews: false })
 
 /** The capabilities of a user module: no shell, so the runtime cannot move files with `sh -c`. */
 export const moduleCapabilities: Capabilities = { ...toolsetCapabilities, files: false }
