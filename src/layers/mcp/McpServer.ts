@@ -35,6 +35,7 @@ import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
 import * as TaskMethods from "./TaskMethods.js"
+import * as TerminalTool from "./TerminalTool.js"
 import * as Tasks from "./Tasks.js"
 import { type Caller, callTool, type Catalogue, type Run, type TaskCreated, type ToolServices } from "./ToolCall.js"
 
@@ -104,7 +105,8 @@ const catalogue = (settings: SettingsShape): Catalogue => {
   const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
     ...ComputerTools.make(),
-    ...CheckpointTools.make()
+    ...CheckpointTools.make(),
+    ...TerminalTool.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {
