@@ -11,7 +11,7 @@ import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice }
 import { type BackendProcess, type ExitInfo, forEachEventChunk, type ProcessEvent } from "../services/Backend.js"
 import type { LiveOutput, OutputLimit, ProcessCommandError, ProcessHandle } from "../services/Processes.js"
 import { OutputLog, type OutputSlice } from "./OutputLog.js"
-import { TerminalScreen } from "./TerminalScreen.js"
+import * as TerminalInput from "./TerminalInput.js"
 
 export interface ProcessActorOptions {
   readonly id: string
@@ -71,22 +71,9 @@ export const make = (
     const startedAt = yield* Clock.currentTimeMillis
     const stdout = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
     const stderr = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
-    // Terminal answers to an app's queries (cursor position, device attributes) go back to its stdin.
-    const replies = options.tty ? yield* Queue.sliding<Uint8Array>(256) : undefined
-    const screen = options.tty && replies
-      ? new TerminalScreen({
-        cols: options.tty.cols,
-        rows: options.tty.rows,
-        respond: (bytes) => Queue.unsafeOffer(replies, bytes)
-      })
-      : undefined
-    if (replies) {
-      yield* Queue.take(replies).pipe(
-        Effect.flatMap((bytes) => Effect.ignore(process.write(bytes))),
-        Effect.forever,
-        Effect.forkScoped
-      )
-    }
+    // A terminal's screen, and its input: the client's bytes in order with the terminal's answers.
+    const terminal = options.tty ? yield* TerminalInput.make(process, options.tty) : undefined
+    const screen = terminal?.screen
     // The screen outlives the process as its last rendering: let the terminal parse every byte it
     // was given first (bounded), since a disposed terminal renders no more.
     yield* Effect.addFinalizer(() =>
@@ -217,7 +204,8 @@ export const make = (
       if (exit !== undefined) return new ProcessExited({ id: options.id, status: status() })
       switch (command._tag) {
         case "Write":
-          return stdinClosed ? new StdinClosed({ id: options.id }) : process.write(command.data)
+          if (stdinClosed) return new StdinClosed({ id: options.id })
+          return terminal ? terminal.write(command.data) : process.write(command.data)
         case "Eof":
           if (stdinClosed) return new StdinClosed({ id: options.id })
           if (!screen) stdinClosed = true

@@ -171,6 +171,17 @@ export class TerminalScreen {
     })
   }
 
+  /**
+   * Resolves once the terminal has parsed every byte written so far: by then it has answered each
+   * query among them (`respond` was called), so input sent afterwards follows those answers.
+   */
+  caughtUp(): Promise<void> {
+    if (this.disposed || this.doneSeq === this.seq) return Promise.resolve()
+    return new Promise((resolve) => {
+      this.waiters.push({ seq: this.seq, run: resolve })
+    })
+  }
+
   /** Frees the terminal; pending snapshots resolve with what was parsed until now. */
   dispose(): void {
     if (this.disposed) return

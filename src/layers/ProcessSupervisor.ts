@@ -27,7 +27,16 @@ import { listing } from "./processes/Listing.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
 import * as ProcessTable from "./processes/ProcessTable.js"
 import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
-import { callBudget, matchOutput, patternNotSeen, quiet, settle, withProgress } from "./processes/Waiting.js"
+import {
+  callBudget,
+  matchOutput,
+  patternNotSeen,
+  quiet,
+  screenSettled,
+  settle,
+  TTY_YIELD_MS,
+  withProgress
+} from "./processes/Waiting.js"
 
 /** Why a process the kill tool signalled ended. */
 const killReason = (signal: string) => `killed with ${signal} (kill tool)`
@@ -104,6 +113,7 @@ export const layer = Layer.scoped(
             progress,
             (ms) => `process ${process.id} running for ${Math.round(ms / 1000)} s`
           )
+          yield* screenSettled(process, budget.ms - ((yield* Clock.currentTimeMillis) - began))
         }
         const info = yield* process.info
         const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: budgetOf(input.maxBytes) })
@@ -175,7 +185,9 @@ export const layer = Layer.scoped(
         const since = yield* Clock.currentTimeMillis
         if (bytes.length > 0) yield* process.write(bytes)
         if (input.eof) yield* process.closeStdin
-        yield* settle(process, since, Math.min(input.yieldMs ?? settings.stdinYieldMs, settings.maxCallMs))
+        // A terminal's answer takes longer to settle (TTY_SETTLE_MS): its default wait is longer too.
+        const yieldMs = input.yieldMs ?? (process.tty ? Math.max(settings.stdinYieldMs, TTY_YIELD_MS) : settings.stdinYieldMs)
+        yield* settle(process, since, Math.min(yieldMs, settings.maxCallMs))
         const info = yield* process.info
         const output = yield* outputFields(process, {
           stdoutCursor: cursors.stdout,
@@ -252,6 +264,7 @@ export const layer = Layer.scoped(
           progress,
           (ms) => `waiting on ${input.id} for ${Math.round(ms / 1000)} s`
         )
+        if (outcome.reason === "matched") yield* screenSettled(process, budget.ms - ((yield* Clock.currentTimeMillis) - began))
         const info = yield* process.info
         const output = yield* outputFields(process, {
           stdoutCursor: cursors.stdout,

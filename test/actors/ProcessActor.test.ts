@@ -189,6 +189,40 @@ describe("ProcessActor", () => {
       assert.include((yield* actor.read({ raw: true })).stdout.text, "hello from the terminal")
     }))
 
+  // xterm parses between real timers: these run on the live clock.
+  it.live("on a terminal, input sent right after an app's query follows the terminal's answer to it", () =>
+    Effect.gen(function*() {
+      const { actor, scripted } = yield* started("vim", { tty: { cols: 40, rows: 10 } })
+      let total = 0
+      for (let round = 0; round < 20; round++) {
+        // The app asks where the cursor is and what the terminal is; the client types as soon as
+        // the server has the query (the terminal has not parsed it yet: it does so between timers).
+        const query = bytes(`\r\nline ${round}\x1b[6n\x1b[>c`)
+        total += query.length
+        yield* scripted.emit({ _tag: "Stdout", data: query })
+        yield* eventuallyEffect(actor.totals, (t) => t.stdout === total)
+        yield* actor.write(bytes(`key ${round}`))
+      }
+      const written = scripted.writes.map(decode)
+      assert.lengthOf(written, 60, JSON.stringify(written))
+      for (let round = 0; round < 20; round++) {
+        const [position, attributes, key] = written.slice(round * 3, round * 3 + 3)
+        assert.match(position!, /^\x1b\[\d+;\d+R$/, JSON.stringify(written))
+        assert.strictEqual(attributes, "\x1b[>0;276;0c")
+        assert.strictEqual(key, `key ${round}`)
+      }
+    }))
+
+  it.live("on a terminal, an answer no input waits for is written on its own", () =>
+    Effect.gen(function*() {
+      const { scripted } = yield* started("app", { tty: { cols: 40, rows: 10 } })
+      yield* scripted.emit({ _tag: "Stdout", data: bytes("abc\x1b[6n") })
+      yield* Effect.gen(function*() {
+        while (scripted.writes.length === 0) yield* Effect.sleep("5 millis")
+      }).pipe(Effect.timeout("5 seconds"))
+      assert.deepStrictEqual(scripted.writes.map(decode), ["\x1b[1;4R"])
+    }))
+
   it.effect("a stream that ends without an exit is a lost process; a later loss of its computer explains it", () =>
     Effect.gen(function*() {
       const { actor, scripted, exits } = yield* started("server")

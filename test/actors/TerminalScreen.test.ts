@@ -128,6 +128,45 @@ describe("TerminalScreen", () => {
     screen.dispose()
   })
 
+  it("a screen is the same whichever byte offset a write is split at: escape sequences and UTF-8 split across chunks", async () => {
+    // What vim writes around its status line and its queries, with a character of three bytes.
+    const stream = utf8(
+      "\x1b[?1049h\x1b[1;30r\x1b[H\x1b[2J~\r\n~\x1b[30;1H-- INSERT --\x1b[1;1H\x1b[>c\x1b[?12$pnotes ▽ \x1b[1mbold\x1b[0m" +
+        "\x1bP$q q\x1b\\\x1b]11;?\x07\x1b[30;73H^[\x1b[1;5H"
+    )
+    const render = async (chunks: ReadonlyArray<Uint8Array>) => {
+      const answers: Array<string> = []
+      return withScreen({ cols: 100, rows: 30, respond: (bytes) => answers.push(new TextDecoder().decode(bytes)) }, async (screen) => {
+        for (const chunk of chunks) screen.write(chunk)
+        const snap = await screen.snapshot()
+        return { text: snap.text, cursor: snap.cursor, answers: answers.join("") }
+      })
+    }
+    const whole = await render([stream])
+    assert.include(whole.text, "-- INSERT --")
+    assert.include(whole.text, "notes ▽ bold")
+    assert.notMatch(whole.text, /\x1b|\[30;1H|\[\?12/)
+    assert.include(whole.answers, "\x1b[>0;276;0c")
+    for (let at = 1; at < stream.length; at++) {
+      assert.deepStrictEqual(await render([stream.subarray(0, at), stream.subarray(at)]), whole, `split at byte ${at}`)
+    }
+    // And byte by byte.
+    assert.deepStrictEqual(await render(Array.from(stream, (byte) => Uint8Array.of(byte))), whole)
+  })
+
+  it("caughtUp resolves once every byte written before has been parsed and its queries answered", async () => {
+    const answers: Array<string> = []
+    await withScreen({ cols: 40, rows: 10, respond: (bytes) => answers.push(new TextDecoder().decode(bytes)) }, async (screen) => {
+      await screen.caughtUp()
+      screen.write(utf8("x".repeat(200_000)))
+      screen.write(utf8("\x1b[6n"))
+      assert.deepStrictEqual(answers, [], "xterm parses between timers: nothing is answered synchronously")
+      await screen.caughtUp()
+      assert.lengthOf(answers, 1)
+      assert.match(answers[0]!, /^\x1b\[\d+;\d+R$/)
+    })
+  })
+
   it("rejects invalid sizes", () => {
     assert.throws(() => new TerminalScreen({ cols: 0, rows: 10 }))
     assert.throws(() => new TerminalScreen({ cols: 10, rows: 1.5 }))

@@ -155,6 +155,58 @@ for (const backend of backends) {
       }, 60_000)
     })
 
+    describe("items 5 and 6: terminal screens, settled and free of raw sequences", () => {
+      /** An escape sequence, or a terminal's answer shown as text (`^[[2;2R`, `[30;1H`, `;276;0c`, `$y`). */
+      const RAW = /\x1b|\^\[\[|\[\d+(;\d+)*[A-Za-z]|\d+;\d+R|;276;0c|\$[py]/
+
+      it("vim, 20 times: spawn with a pattern returns the drawn screen, :wq reports the exit, no screen shows a raw sequence", async () => {
+        for (let run = 0; run < 20; run++) {
+          const file = `notes-${run}.txt`
+          const spawned = await server.call("spawn", { command: `vim ${file}`, tty: true, pattern: file, timeoutMs: 20_000, cols: 100, rows: 30 })
+          assert.isFalse(spawned.isError, spawned.text)
+          assert.strictEqual(spawned.structured.status, "running", spawned.text)
+          const id = spawned.structured.pid as string
+          // Drawn, not just its first bytes: the empty buffer's tildes and the ruler are there.
+          assert.match(spawned.structured.stdout, /^~$/m, `run ${run}: ${spawned.text}`)
+          assert.match(spawned.structured.stdout, /0,0-1\s+All/, `run ${run}: ${spawned.text}`)
+          const typed = await server.call("stdin", { id, input: "ihello from vim\\rsecond line\\e" })
+          assert.match(typed.structured.stdout, /^hello from vim\nsecond line\n~/, `run ${run}: ${typed.text}`)
+          assert.notInclude(typed.structured.stdout, "-- INSERT --", `run ${run}: vim has taken the Escape: ${typed.text}`)
+          const read = await server.call("stdout", { id })
+          const saved = await server.call("stdin", { id, input: ":wq\\r" })
+          assert.strictEqual(saved.structured.status, "terminated", `run ${run}: ${saved.text}`)
+          assert.strictEqual(saved.structured.exitCode, 0, saved.text)
+          for (const [what, screen] of [["spawn", spawned], ["stdin", typed], ["stdout", read], [":wq", saved]] as const) {
+            assert.notMatch(screen.structured.stdout, RAW, `run ${run}, ${what}: ${screen.structured.stdout}`)
+          }
+          assert.strictEqual((await exec(server, `cat ${file}`)).stdout, "hello from vim\nsecond line\n")
+        }
+      }, 600_000)
+
+      it("an app in raw mode that asks where the cursor is gets the answer before keys sent right after", async () => {
+        const app = [
+          "import os, sys, termios, tty",
+          "old = termios.tcgetattr(0); tty.setraw(0)",
+          "os.write(1, b'ready> \\x1b[6n')",
+          "got = b''",
+          "while not got.endswith(b'!'): got += os.read(0, 64)",
+          "termios.tcsetattr(0, termios.TCSANOW, old)",
+          "print(); print('got', got.decode().replace(chr(27), 'ESC'))"
+        ].join("\n")
+        await exec(server, `cat > ask.py <<'EOF'\n${app}\nEOF`)
+        for (let run = 0; run < 5; run++) {
+          const spawned = await server.call("spawn", { command: "python3 ask.py", tty: true, background: true })
+          const id = spawned.structured.pid as string
+          // The keys go as soon as the server has the query: the terminal answers it first.
+          const waited = await server.call("wait", { id, pattern: "ready> ", timeoutMs: 20_000 })
+          assert.strictEqual(waited.structured.outcome, "matched", waited.text)
+          const sent = await server.call("stdin", { id, input: "keys!" })
+          assert.match(sent.structured.stdout, /^got ESC\[1;8Rkeys!$/m, `run ${run}: ${sent.text}`)
+          assert.notMatch(sent.structured.stdout, /\^\[/, sent.text)
+        }
+      }, 120_000)
+    })
+
     it("item 10: --state-dir is used, and said to be, with no warning that it is ignored", async () => {
       await exec(server, "true")
       assert.notMatch(server.stderr(), /--state-dir[^\n]*(ignored|does not apply)/)

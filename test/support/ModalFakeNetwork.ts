@@ -7,9 +7,10 @@
  * prefix length ("Invalid CIDR: …"), a domain that is not a name or `*.name` ("Invalid domain: …").
  * Given: V1 sandboxes get their policy (Modal documents `block_network` and the allowlists for
  * them); V2 sandboxes do not (the SDK's `experimentalCreate` lists no network policy among their
- * features), so they get the host's network, the worst a client could meet. Pure.
+ * features), so they get the host's network, the worst a client could meet. Pure. What Modal takes as
+ * a CIDR or a domain is the rule ModalSdk checks before a call (one reading of Modal's documentation).
  */
-import { isIP } from "node:net"
+import { isCidr, isDomain } from "../../src/layers/backends/modal/ModalSdk.js"
 
 export const NETWORK_ACCESS = { OPEN: 1, BLOCKED: 2, ALLOWLIST: 3 } as const
 
@@ -22,20 +23,6 @@ export interface AppliedNetwork {
   readonly applied: boolean
   /** The sandbox shares this host's network (an open network, or a policy not applied). */
   readonly hostNetwork: boolean
-}
-
-const LABEL = /^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$/
-
-const isCidr = (value: string) => {
-  const [address, prefix, ...rest] = value.split("/")
-  if (rest.length > 0 || address === undefined || prefix === undefined || !/^\d{1,3}$/.test(prefix)) return false
-  const family = isIP(address)
-  return family !== 0 && Number(prefix) <= (family === 4 ? 32 : 128)
-}
-
-const isDomain = (value: string) => {
-  const name = value.startsWith("*.") ? value.slice(2) : value
-  return name.length > 0 && name.length <= 253 && isIP(name) === 0 && name.split(".").every((label) => LABEL.test(label))
 }
 
 /** Modal's refusal of a network access, or undefined. */

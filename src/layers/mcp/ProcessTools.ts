@@ -17,6 +17,7 @@ import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../../services/ProcessInputs.js"
 import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
+import { TTY_YIELD_MS } from "../processes/Waiting.js"
 import * as Tool from "./Tool.js"
 
 const described = <S extends Schema.Schema<any, any, never>>(schema: S, description: string): S =>
@@ -118,8 +119,8 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "stdin",
-    description: "Write to a process's stdin; returns what follows once output pauses (at most yieldMs, " +
-      `default ${settings.stdinYieldMs}; a terminal: its screen). Escapes: \\n \\r \\t \\e \\\\ \\0 ` +
+    description: "Write to a process's stdin; returns what follows once output pauses (at most yieldMs: " +
+      `${settings.stdinYieldMs}; a terminal: ${Math.max(settings.stdinYieldMs, TTY_YIELD_MS)}, its screen). Escapes: \\n \\r \\t \\e \\\\ \\0 ` +
       "\\xHH (\\x03: Ctrl-C) \\uHHHH. eof=true then closes it (a terminal: Ctrl-D).",
     input: StdinInput,
     output: Schema.Struct({

@@ -15,6 +15,14 @@ import type { ProcessHandle, ProgressReporter } from "../../services/Processes.j
 
 /** How long output must pause before an input's answer counts as settled. */
 export const SETTLE_MS = 60
+/**
+ * How long a terminal's output must pause before its screen counts as settled. Longer than on
+ * pipes: a full-screen app draws in bursts (vim writes its message, asks the terminal questions,
+ * then draws), and vim holds an Escape for its 100 ms `ttimeoutlen` before it acts on it.
+ */
+export const TTY_SETTLE_MS = 250
+/** stdin's default wait on a terminal: room for the pause above after the app's answer. */
+export const TTY_YIELD_MS = 2_000
 /** How much output already there a pattern is matched against first. */
 const BACKLOG = 1024 * 1024
 
@@ -129,18 +137,31 @@ export const quiet = (process: ProcessHandle, quietMs: number): Effect.Effect<vo
   })
 
 /**
- * Waits for what follows an input: returns once output came and then paused for SETTLE_MS, or the
- * process exited, or `yieldMs` passed.
+ * Waits for what follows an input: returns once output came and then paused (SETTLE_MS; on a
+ * terminal TTY_SETTLE_MS), or the process exited, or `yieldMs` passed.
  */
 export const settle = (process: ProcessHandle, since: number, yieldMs: number): Effect.Effect<void> =>
   Effect.gen(function*() {
+    const pause = process.tty ? TTY_SETTLE_MS : SETTLE_MS
     const settled = Effect.gen(function*() {
       while (true) {
         const last = yield* process.lastActivity
         const now = yield* Clock.currentTimeMillis
-        if (last > since && now - last >= SETTLE_MS) return
-        yield* Effect.sleep(Duration.millis(last > since ? SETTLE_MS - (now - last) : SETTLE_MS))
+        if (last > since && now - last >= pause) return
+        yield* Effect.sleep(Duration.millis(last > since ? pause - (now - last) : pause))
       }
     })
     yield* Effect.raceFirst(settled, Effect.asVoid(process.exited)).pipe(Effect.timeout(Duration.millis(yieldMs)), Effect.ignore)
   })
+
+/**
+ * A terminal's result is rendered once its screen settles: its output paused for TTY_SETTLE_MS
+ * (a pattern matches the first bytes of a drawing: vim's `"notes.txt"` comes before the rest of
+ * its screen), or the process exited, or `budgetMs` (what is left of the call's own) passed.
+ * Pipes return at once.
+ */
+export const screenSettled = (process: ProcessHandle, budgetMs: number): Effect.Effect<void> =>
+  !process.tty || budgetMs <= 0 ? Effect.void : Effect.raceFirst(quiet(process, TTY_SETTLE_MS), Effect.asVoid(process.exited)).pipe(
+    Effect.timeout(Duration.millis(budgetMs)),
+    Effect.ignore
+  )

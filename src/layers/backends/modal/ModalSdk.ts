@@ -76,7 +76,7 @@ export const invalidExec = (request: ExecRequest): string | undefined => {
 const DOMAIN_LABEL = /^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$/
 
 /** An address with a prefix length, as Modal's allowlist takes it. */
-const isCidr = (value: string) => {
+export const isCidr = (value: string) => {
   const [address, prefix, ...rest] = value.split("/")
   if (rest.length > 0 || address === undefined || prefix === undefined || !/^\d{1,3}$/.test(prefix)) return false
   const family = isIP(address)
@@ -84,7 +84,7 @@ const isCidr = (value: string) => {
 }
 
 /** A name or `*.name` (not an address), as Modal's domain allowlist takes it. */
-const isDomain = (value: string) => {
+export const isDomain = (value: string) => {
   const name = value.startsWith("*.") ? value.slice(2) : value
   return name.length > 0 && name.length <= 253 && isIP(name) === 0 && name.split(".").every((label) => DOMAIN_LABEL.test(label))
 }
