@@ -17,17 +17,7 @@
 import { App, applyDocumentTheme, type McpUiHostContext } from "@modelcontextprotocol/ext-apps"
 import { HostTransport } from "./HostTransport.js"
 import { LiveTerminal, type ViewJson } from "./LiveTerminal.js"
-import {
-  type ComputerView,
-  execEntry,
-  inventory,
-  type InventoryView,
-  processes,
-  type ProcessesView,
-  promptLine,
-  resultText,
-  safeStyleVariables
-} from "./model.js"
+import { type ComputerView, execEntry, inventory, type InventoryView, processes, type ProcessesView, promptLine, resultText, safeStyleVariables } from "./model.js"
 import { byTestId, Confirm, Inventory, renderActivity, renderPool, renderProcesses, renderTargets, Terminal } from "./view.js"
 
 /** How often the dashboard refreshes while it is visible. */
