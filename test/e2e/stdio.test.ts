@@ -22,6 +22,7 @@ const toolNames = [
   "spawn",
   "stdin",
   "stdout",
+  "terminal",
   "wait"
 ]
 
