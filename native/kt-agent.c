@@ -46,6 +46,8 @@
  *   STEP       34 (tag) u8 take (1) or give back (0) | name: the lifecycle lease, one server at a time
  *   SHUTDOWN   33 - every process ends and the agent exits (restart, delete, a temporary computer's end)
  *   RELAY_DATA 8, RELAY_EOF 9, RELAY_CREDIT 10, RELAY_RESET 11: see relay.c
+ *   RELAY_CONNECT 48 (a server-chosen id, top bit set) u16 port: the server opens a stream to
+ *                 127.0.0.1:port inside the computer (a preview URL); see relay.c
  * Agent -> server:
  *   HELLO 16, WELCOME 35: see conn.c
  *   STARTED    17 (tag) u32 handle | u32 pid | u64 start time; the spawning server then watches it

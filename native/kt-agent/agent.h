@@ -17,6 +17,7 @@ enum {
   T_RELAY_DATA_IN = 8, T_RELAY_EOF_IN = 9, T_RELAY_CREDIT_IN = 10, T_RELAY_RESET = 11,
   T_SPAWN_DIRECT = 12, T_AUTH = 13, T_WATCH = 14, T_UNWATCH = 15,
   T_READ = 30, T_LIST = 31, T_NOTE = 32, T_SHUTDOWN = 33, T_STEP = 34,
+  T_RELAY_CONNECT = 48, /* numbered apart: the other server -> agent types may grow */
   /* agent -> server */
   T_HELLO = 16, T_STARTED = 17, T_SPAWN_FAILED = 18, T_STDOUT = 19, T_STDERR = 20, T_EXIT = 21,
   T_CLOSED = 22, T_LOG = 23, T_UNWATCHED = 24,

@@ -242,7 +242,9 @@ static void on_frame(struct conn *c, int type, uint32_t id, char *pl, size_t len
   case T_SPAWN: case T_SPAWN_TTY: case T_SPAWN_DIRECT: proc_spawn(c, type, id, pl, len); break;
   case T_STDIN: case T_STDIN_EOF: case T_SIGNAL: case T_RESIZE: case T_NOTE: proc_control(type, id, pl, len); break;
   case T_WATCH: case T_UNWATCH: case T_READ: case T_LIST: watch_request(c, type, id, pl, len); break;
-  case T_RELAY_DATA_IN: case T_RELAY_EOF_IN: case T_RELAY_CREDIT_IN: case T_RELAY_RESET: relay_frame(c, type, id, pl, len); break;
+  case T_RELAY_DATA_IN: case T_RELAY_EOF_IN: case T_RELAY_CREDIT_IN: case T_RELAY_RESET: case T_RELAY_CONNECT:
+    relay_frame(c, type, id, pl, len);
+    break;
   case T_STEP: step(c, id, pl, len); break;
   case T_SHUTDOWN: shutdown_and_exit();
   default: c->dead = 1; break; /* AUTH again, or nothing this agent knows */

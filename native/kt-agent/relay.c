@@ -9,6 +9,12 @@
  * Streams are carried by one attached server (conn.c: the latest that asked for relay streams); when
  * its connection ends, its streams are reset, and a connection accepted while no server carries
  * streams is closed at once.
+ * A server may open streams too (preview URLs): RELAY_CONNECT u16 port, with an id of its own that
+ * has the top bit set (the agent's ids never do), asks the agent to connect to 127.0.0.1:port inside
+ * the computer, without --relay-port too; the agent answers that server (and only it) RELAY_OPEN once
+ * connected, or RELAY_CLOSED 2 when it cannot. Such a stream belongs to the connection that asked,
+ * any attached server may ask (whether or not it carries the relay), and it is reset when that
+ * connection ends. The computer gets no network from it: only the server's stream.
  * Flow control is per stream and direction: a side sends DATA only while the bytes it sent and the
  * other side has not credited stay within RELAY_WINDOW. The agent stops reading a socket whose window
  * is full, and buffers at most a window of the server's data per stream, so a slow stream costs only
@@ -30,7 +36,7 @@
 struct stream {
   uint32_t id;
   int fd;
-  struct conn *owner;   /* the server that carries it */
+  struct conn *owner;   /* the server that carries it (or opened it: RELAY_CONNECT) */
   uint32_t unacked;     /* bytes sent to the server, not credited yet */
   struct obuf in;       /* the server's data, not written to the socket yet */
   uint32_t to_credit;   /* bytes written to the socket, not credited to the server yet */
@@ -38,7 +44,10 @@ struct stream {
   int server_eof;       /* the server said EOF */
   int write_shut;       /* shutdown(SHUT_WR) done */
   uint32_t armed;       /* epoll events registered */
+  int connecting;       /* RELAY_CONNECT: the connect is in progress */
 };
+
+#define SERVER_IDS 0x80000000u
 
 static int listen_fd = -1;
 static struct stream **streams;
@@ -129,7 +138,7 @@ void relay_accept(void) {
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     struct conn *owner = conn_relay();
-    if (live_streams >= RELAY_MAX_STREAMS || owner == NULL) { close(fd); continue; }
+    if (live_streams >= RELAY_MAX_STREAMS || owner == NULL || next_stream_id >= SERVER_IDS) { close(fd); continue; }
     /* Each frame's bytes go out at once: with Nagle, a TLS handshake's small writes to the client
        wait for its delayed ACK (about 40 ms per round). */
     int one = 1;
@@ -155,9 +164,54 @@ void relay_accept(void) {
   }
 }
 
+/* RELAY_CONNECT: a stream server c opens to a loopback port inside the computer; it belongs to c. */
+static void relay_connect(struct conn *c, uint32_t id, const char *pl, size_t len) {
+  char reason = 2;
+  if (find(c, id)) return; /* the server never reuses an id */
+  if (len != 2 || !(id & SERVER_IDS)) { conn_frame(c, T_RELAY_CLOSED, id, &reason, 1, NULL, 0); return; }
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(get16(pl)) };
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = live_streams >= RELAY_MAX_STREAMS ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct stream *s = fd < 0 ? NULL : calloc(1, sizeof *s);
+  size_t slot = (size_t)-1;
+  if (s) for (size_t i = 0; i < nstreams; i++) if (!streams[i]) { slot = i; break; }
+  if (s && slot == (size_t)-1) {
+    struct stream **grown = realloc(streams, (nstreams + 1) * sizeof *streams);
+    if (grown) { streams = grown; slot = nstreams++; }
+  }
+  int r = slot == (size_t)-1 ? -1 : connect(fd, (struct sockaddr *)&sa, sizeof sa);
+  if (slot == (size_t)-1 || (r < 0 && errno != EINPROGRESS)) {
+    if (fd >= 0) close(fd);
+    free(s);
+    conn_frame(c, T_RELAY_CLOSED, id, &reason, 1, NULL, 0);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  s->id = id;
+  s->fd = fd;
+  s->owner = c;
+  s->connecting = 1;
+  streams[slot] = s;
+  live_streams++;
+  s->armed = EPOLLOUT;
+  ep_add(fd, tag(slot, K_STREAM), EPOLLOUT);
+}
+
+/* The connect of a RELAY_CONNECT stream ended: RELAY_OPEN to its server, or RELAY_CLOSED 2. */
+static void connected(struct stream *s) {
+  int err = 0;
+  socklen_t n = sizeof err;
+  if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &n) < 0 || err != 0) { close_stream(s, 2); return; }
+  s->connecting = 0;
+  conn_frame(s->owner, T_RELAY_OPEN, s->id, NULL, 0, NULL, 0);
+  arm(s);
+}
+
 void relay_event(size_t slot, uint32_t events) {
   if (slot >= nstreams || !streams[slot]) return;
   struct stream *s = streams[slot];
+  if (s->connecting) { connected(s); return; }
   if (events & EPOLLOUT) {
     flush(s);
     if (slot >= nstreams || streams[slot] != s) return;
@@ -191,20 +245,22 @@ void relay_drop_conn(struct conn *c) {
 }
 
 void relay_frame(struct conn *c, int type, uint32_t id, const char *pl, size_t len) {
+  if (type == T_RELAY_CONNECT) { relay_connect(c, id, pl, len); return; }
   struct stream *s = find(c, id);
   if (!s) return; /* gone already (its RELAY_CLOSED is on the way) */
   switch (type) {
   case T_RELAY_DATA_IN:
-    if (s->server_eof) break;
+    if (s->server_eof || s->connecting) break;
     ob_push(&s->in, pl, len);
     flush(s);
     break;
   case T_RELAY_EOF_IN:
+    if (s->connecting) break;
     s->server_eof = 1;
     if (!maybe_done(s)) arm(s);
     break;
   case T_RELAY_CREDIT_IN:
-    if (len >= 4) {
+    if (len >= 4 && !s->connecting) {
       uint32_t n = get32(pl);
       s->unacked = n > s->unacked ? 0 : s->unacked - n;
       arm(s);

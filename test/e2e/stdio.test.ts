@@ -11,9 +11,11 @@ const toolNames = [
   "computer_create",
   "computer_dashboard",
   "computer_delete",
+  "computer_expose",
   "computer_factory_reset",
   "computer_list",
   "computer_restart",
+  "computer_unexpose",
   "file_read",
   "file_write",
   "kill",
@@ -22,6 +24,7 @@ const toolNames = [
   "spawn",
   "stdin",
   "stdout",
+  "terminal",
   "wait"
 ]
 

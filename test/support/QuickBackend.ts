@@ -22,7 +22,8 @@ export const layer = Layer.succeed(Backend, Backend.of({
     heldProcesses: false,
     files: false,
     networkControl: false,
-    checkpoints: false
+    checkpoints: false,
+    previews: false
   },
   labelStyle: "dashed",
   image: "quick",

@@ -31,10 +31,12 @@ import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
 import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
 import { maxMessageBytes } from "./Limits.js"
+import * as PreviewTools from "./PreviewTools.js"
 import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
 import * as TaskMethods from "./TaskMethods.js"
+import * as TerminalTool from "./TerminalTool.js"
 import * as Tasks from "./Tasks.js"
 import { type Caller, callTool, type Catalogue, type Run, type TaskCreated, type ToolServices } from "./ToolCall.js"
 
@@ -104,7 +106,9 @@ const catalogue = (settings: SettingsShape): Catalogue => {
   const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
     ...ComputerTools.make(),
-    ...CheckpointTools.make()
+    ...CheckpointTools.make(),
+    ...PreviewTools.make(),
+    ...TerminalTool.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {

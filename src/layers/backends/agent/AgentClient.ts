@@ -15,6 +15,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
+import type { Duplex } from "node:stream"
 import { type ProviderError, providerError, SpawnFailed } from "../../../domain/Errors.js"
 import { signalNumber } from "../../../domain/Signals.js"
 import type { ExitInfo } from "../../../services/Backend.js"
@@ -27,13 +28,16 @@ import {
   encodeSize,
   encodeSpawn,
   encodeStep,
+  encodeU16,
   encodeU32,
   encodeWatch,
   FrameType,
   MAX_META,
   MAX_NOTE,
   MAX_READ,
-  type ProcessRecord
+  type ProcessRecord,
+  RELAY_MAX_STREAMS,
+  SERVER_STREAM
 } from "./AgentProtocol.js"
 import { FrameDecoder } from "./FrameDecoder.js"
 import { RelayHub, type RelayListener } from "./Relay.js"
@@ -85,6 +89,7 @@ export class AgentClient {
   private readonly ended = Deferred.unsafeMake<string>(FiberId.none)
   private readonly greeted = Deferred.unsafeMake<Handshake.Welcome, string>(FiberId.none)
   private nextTag = 1
+  private nextStream = SERVER_STREAM
   private dead: string | undefined
   private leaving = false
   private welcomed: Handshake.Welcome | undefined
@@ -301,6 +306,28 @@ export class AgentClient {
       return Effect.sync(() => {
         waiting = false
       })
+    })
+  }
+
+  /**
+   * A connection to 127.0.0.1:port inside the computer, through the agent's relay (RELAY_CONNECT):
+   * the computer needs no network for it. Interrupted before it connects, the stream is reset.
+   */
+  openPort(port: number): Effect.Effect<Duplex, ProviderError> {
+    const operation = `connect to port ${port} inside the computer`
+    return Effect.async((resume) => {
+      if (this.dead !== undefined) return resume(Effect.fail(this.unavailable(operation, this.dead)))
+      if (this.relay.serverStreams >= RELAY_MAX_STREAMS) {
+        return resume(Effect.fail(providerError(this.backend, operation, "Unavailable", `${RELAY_MAX_STREAMS} connections are open already`)))
+      }
+      // Never reused; past 2^32 (billions of connections) the ids would wrap onto the agent's.
+      const id = this.nextStream++
+      if (id > 0xffff_ffff) return resume(Effect.fail(this.unavailable(operation, "no stream ids left")))
+      this.decoder.relay.expectConnect(id)
+      const pending = this.relay.connect(id, this.decoder.relay, (result) =>
+        resume(typeof result === "string" ? Effect.fail(this.unavailable(operation, result)) : Effect.succeed(result)))
+      this.send(FrameType.RelayConnect, id, encodeU16(port))
+      return Effect.sync(pending.cancel)
     })
   }
 

@@ -11,7 +11,8 @@
  *     watches, offsets that never go back, one EXIT, CLOSED only after it, UNWATCHED only for an
  *     UNWATCH sent (frames for a process being unwatched are dropped until then);
  *   - relay streams: new ids only (increasing), at most RELAY_MAX_STREAMS open, DATA within the
- *     window the server granted, CREDIT only for data the server sent.
+ *     window the server granted, CREDIT only for data the server sent; streams the server opened
+ *     (RELAY_CONNECT, ids with the top bit) open only when asked for, and only they may be refused.
  * Memory is bounded: at most a header and one control payload (<= MAX_RECORD bytes) are buffered;
  * output, read results and relay data are handed over as views of the input chunk, never gathered.
  * The decoder does no I/O and never throws for any input.
@@ -32,6 +33,7 @@ import {
   PROTOCOL_VERSION,
   RECORD_FIXED,
   RELAY_CHUNK,
+  RelayClosedReason,
   WELCOME_SIZE
 } from "./AgentProtocol.js"
 import { AnswerBook } from "./AnswerBook.js"
@@ -63,7 +65,8 @@ export interface DecoderHandler {
   readonly relayData: (id: number, data: Uint8Array) => void
   readonly relayEof: (id: number) => void
   readonly relayCredit: (id: number, bytes: number) => void
-  readonly relayClosed: (id: number, reset: boolean) => void
+  /** `refused`: a stream the server asked for (RELAY_CONNECT) could not connect. */
+  readonly relayClosed: (id: number, reset: boolean, refused: boolean) => void
   /** Once, then nothing more: the connection broke the protocol. */
   readonly violation: (reason: string) => void
 }
@@ -345,14 +348,15 @@ export class FrameDecoder {
       case FrameType.RelayOpen: {
         const problem = this.relay.open(id)
         if (problem !== undefined) return void this.fail(problem)
-        return this.handler.relayOpen(id)
+        // A RELAY_CONNECT the server gave up on (and reset) opens unseen: it closes soon.
+        if (this.relay.delivers(id)) this.handler.relayOpen(id)
+        return
       }
       case FrameType.RelayClosed: {
         const reason = payload[0]!
-        if (reason > 1) return void this.fail(`RELAY_CLOSED for stream ${id} with reason ${reason}`)
-        const problem = this.relay.closed(id)
+        const problem = this.relay.closed(id, reason)
         if (problem !== undefined) return void this.fail(problem)
-        return this.handler.relayClosed(id, reason === 1)
+        return this.handler.relayClosed(id, reason !== RelayClosedReason.Clean, reason === RelayClosedReason.Refused)
       }
       case FrameType.RelayEof: {
         const problem = this.relay.eof(id)

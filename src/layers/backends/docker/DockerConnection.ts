@@ -189,9 +189,11 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
       home: HOME,
       spawn,
       lost: Deferred.await(lost),
+      // Without the agent (an image that cannot run it) nothing is held, and no channel reaches a port inside.
       ...(Option.isNone(agent) ? {} : {
         held: AgentProcesses.held(engine.name, agent.value),
-        lease: (step: string) => AgentProcesses.lease(engine.name, agent.value, instance.metadata.id, step)
+        lease: (step: string) => AgentProcesses.lease(engine.name, agent.value, instance.metadata.id, step),
+        openPort: (port: number) => agent.value.openPort(port)
       })
     }
   })

@@ -188,6 +188,7 @@ export const make = (options: HostBackendOptions) =>
         return {
           home: sandboxed ? Launcher.SANDBOX_HOME : home,
           spawn: (spec) => AgentProcesses.spawn(NAME, client, spec),
+          openPort: (port) => client.openPort(port),
           lost: Deferred.await(lost),
           held: AgentProcesses.held(NAME, client),
           lease: (step) => AgentProcesses.lease(NAME, client, id, step)
@@ -223,6 +224,9 @@ export const make = (options: HostBackendOptions) =>
         checkpointsDir: resolve(options.stateDir, "checkpoints"),
         computersDir,
         homeOf: workspaces.homeOf,
+        freeze: launcher === undefined ? undefined : (instance) =>
+          Effect.flatMap(workspaces.keyOf(instance), (key) =>
+            key === undefined ? Effect.succeed(false) : launcher.freeze(key, !instance.metadata.temporary)),
         create: workspaces.create,
         remove: workspaces.remove
       }),

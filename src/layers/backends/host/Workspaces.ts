@@ -194,6 +194,8 @@ export const make = (options: WorkspacesOptions) => {
 
   /** The workspace of a computer that is still ours (checkpoints read and write it). */
   const homeOf = (instance: Instance) => Effect.map(locate(instance), ({ dir }) => join(dir, "home"))
+  /** The computer's key (its cgroups' name: Freezer.ts). */
+  const keyOf = (instance: Instance) => Effect.map(locate(instance), ({ record }) => record.key)
 
-  return { find, create, start, remove, adopt, open, dirOf, homeOf }
+  return { find, create, start, remove, adopt, open, dirOf, homeOf, keyOf }
 }

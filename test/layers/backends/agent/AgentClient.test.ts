@@ -1,9 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { connect, createServer } from "node:net"
+import { type AddressInfo, connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import type { Duplex } from "node:stream"
 import { afterAll } from "vitest"
 import type { AgentClient, WatchHandlers } from "../../../../src/layers/backends/agent/AgentClient.js"
 import * as AgentLauncher from "../../../../src/layers/backends/agent/AgentLauncher.js"
@@ -279,6 +280,47 @@ describe("AgentClient (unsandboxed agent)", () => {
       assert.deepStrictEqual(yield* b.step(true, "delete"), { granted: false, holder: "restart" })
       yield* a.close
       assert.deepStrictEqual(yield* b.step(true, "delete"), { granted: true, holder: "" })
+    }))
+
+  it.scopedLive("a port opened through one connection answers that connection only, and its stream is reset when that connection ends", () =>
+    Effect.gen(function*() {
+      // A web server on the loopback (the unsandboxed agent's loopback is the test's): it echoes.
+      const accepted: Array<{ closed: boolean }> = []
+      const server = createServer((socket) => {
+        const seen = { closed: false }
+        accepted.push(seen)
+        socket.on("data", (data) => socket.write(data))
+        socket.on("error", () => {})
+        socket.on("close", () => (seen.closed = true))
+      })
+      const port = yield* Effect.acquireRelease(
+        Effect.async<number>((resume) => void server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as AddressInfo).port)))),
+        () => Effect.sync(() => server.close())
+      )
+      const echo = (socket: Duplex, text: string) =>
+        Effect.gen(function*() {
+          let got = ""
+          socket.on("data", (data: Buffer) => (got += data.toString()))
+          socket.write(text)
+          yield* until(() => got === text)
+        })
+      const c = yield* computer()
+      const a = yield* openApart(c)
+      const b = yield* open(c)
+      // Each connection's first stream has the same id: the agent tells them apart by connection.
+      const fromA = yield* a.client.openPort(port)
+      const fromB = yield* b.openPort(port)
+      yield* echo(fromA, "through a")
+      yield* echo(fromB, "through b")
+      assert.strictEqual(accepted.length, 2)
+      yield* a.close
+      yield* until(() => accepted[0]!.closed)
+      assert.isFalse(accepted[1]!.closed)
+      yield* echo(fromB, ", still")
+      // A port nothing listens on is refused, to the connection that asked.
+      const refused = yield* Effect.flip(b.openPort(1))
+      assert.match(refused.message, /nothing accepts connections on that port/)
+      yield* echo(fromB, ", and on")
     }))
 
   it.scopedLive("passes exactly the given environment and reports exec failures", () =>

@@ -6,7 +6,7 @@
  * Valid streams must decode without a violation.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { encodeFrame, FrameType, HEADER_SIZE, MAX_TEXT } from "../../../../src/layers/backends/agent/AgentProtocol.js"
+import { encodeFrame, FrameType, HEADER_SIZE, MAX_TEXT, SERVER_STREAM } from "../../../../src/layers/backends/agent/AgentProtocol.js"
 import { FrameDecoder } from "../../../../src/layers/backends/agent/FrameDecoder.js"
 import * as Frames from "../../../support/AgentFrames.js"
 
@@ -38,6 +38,8 @@ interface Case {
   /** What the server asked, by tag. */
   readonly asked: ReadonlyArray<readonly [number, Parameters<FrameDecoder["answers"]["expect"]>[1]]>
   readonly relay: boolean
+  /** Streams the server asked for (RELAY_CONNECT), whether or not the connection carries the relay. */
+  readonly connects: ReadonlyArray<number>
 }
 
 /** A protocol-valid stream: HELLO, WELCOME, then interleaved lives of processes, answers and relay streams. */
@@ -103,6 +105,19 @@ const validCase = (rng: Rng): Case => {
       lives.push(life)
     }
   }
+  const connects: Array<number> = []
+  for (let n = int(rng, 3); n > 0; n--) {
+    const stream = SERVER_STREAM + 1 + connects.length
+    connects.push(stream)
+    if (rng() < 0.3) {
+      lives.push([encodeFrame(FrameType.RelayClosed, stream, Buffer.from([2]))])
+      continue
+    }
+    const life = [encodeFrame(FrameType.RelayOpen, stream)]
+    for (let i = int(rng, 4); i > 0; i--) life.push(encodeFrame(FrameType.RelayData, stream, bytes(rng, 1 + int(rng, 100))))
+    life.push(encodeFrame(FrameType.RelayClosed, stream, Buffer.from([int(rng, 2)])))
+    lives.push(life)
+  }
   if (rng() < 0.3) lives.push([encodeFrame(FrameType.Log, 0, bytes(rng, int(rng, 50)))])
   // Relay ids must appear in increasing order: interleave, but keep each life's order and open streams in order.
   const cursors = lives.map(() => 0)
@@ -117,7 +132,7 @@ const validCase = (rng: Rng): Case => {
     frames.push(life[cursors[pick]!]!)
     cursors[pick]!++
   }
-  return { frames, asked, relay }
+  return { frames, asked, relay, connects }
 }
 
 const mutate = (rng: Rng, stream: Buffer): Buffer => {
@@ -161,6 +176,7 @@ const run = (rng: Rng, input: Buffer, test: Case) => {
   const tags = new Map(test.asked)
   const watched = new Map<number, { stdout: number; stderr: number; exited: boolean }>()
   const answered = new Set<number>()
+  const connecting = new Set(test.connects)
   const streams = new Set<number>()
   let violations = 0
   let afterViolation = 0
@@ -212,14 +228,16 @@ const run = (rng: Rng, input: Buffer, test: Case) => {
     stepResult: (tag) => answer(tag, "step"),
     log: (text) => check(Buffer.byteLength(text) <= 4 * MAX_TEXT, "log"),
     relayOpen: (id) => {
-      check(test.relay && !streams.has(id), `relayOpen ${id}`)
+      // The agent's streams only on a connection that carries the relay; a server's stream only
+      // when asked for, and once.
+      check(!streams.has(id) && (id < SERVER_STREAM ? test.relay : connecting.delete(id)), `relayOpen ${id}`)
       streams.add(id)
     },
     relayData: (id, data) => check(streams.has(id) && data.byteLength > 0, `relayData ${id}`),
     relayEof: (id) => check(streams.has(id), `relayEof ${id}`),
     relayCredit: () => check(false, "credit for data never sent"),
-    relayClosed: (id) => {
-      check(streams.has(id), `relayClosed ${id}`)
+    relayClosed: (id, _reset, refused) => {
+      check(refused ? connecting.delete(id) : streams.has(id) || connecting.delete(id), `relayClosed ${id}`)
       streams.delete(id)
     },
     violation: () => {
@@ -228,6 +246,7 @@ const run = (rng: Rng, input: Buffer, test: Case) => {
   })
   for (const [tag, asked] of test.asked) decoder.answers.expect(tag, asked)
   if (test.relay) decoder.relay.enable()
+  for (const id of test.connects) decoder.relay.expectConnect(id)
   let offset = 0
   while (offset < input.length) {
     const n = 1 + int(rng, rng() < 0.5 ? 16 : HEADER_SIZE * 40)

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { encodeFrame, FrameType, MAX_OUTPUT, MAX_READ, RELAY_WINDOW } from "../../../../src/layers/backends/agent/AgentProtocol.js"
+import { encodeFrame, FrameType, MAX_OUTPUT, MAX_READ, RELAY_WINDOW, SERVER_STREAM } from "../../../../src/layers/backends/agent/AgentProtocol.js"
 import { type DecoderHandler, FrameDecoder } from "../../../../src/layers/backends/agent/FrameDecoder.js"
 import { closed, exit, greeting, hello, output, proc, readResult, started, u32, u64, watching, welcome } from "../../../support/AgentFrames.js"
 
@@ -43,7 +43,7 @@ const recorder = (overrides: Partial<DecoderHandler> = {}) => {
     relayData: (id, data) => add("relayData", id, Buffer.from(data).toString("latin1")),
     relayEof: (id) => add("relayEof", id),
     relayCredit: (id, bytes) => add("relayCredit", id, String(bytes)),
-    relayClosed: (id, reset) => add("relayClosed", id, String(reset)),
+    relayClosed: (id, reset, refused) => add("relayClosed", id, refused ? "refused" : String(reset)),
     violation: (reason) => add("violation", 0, reason),
     ...overrides
   })
@@ -258,5 +258,41 @@ describe("FrameDecoder", () => {
     const { decoder } = recorder()
     assert.doesNotThrow(() => decoder.push(Buffer.concat([welcome(), u64(7), Buffer.alloc(100, 255)])))
     assert.isTrue(decoder.broken)
+  })
+
+  // Streams the server opens (RELAY_CONNECT, for preview URLs): ids with the top bit, answered once,
+  // on the connection that asked, whether or not it carries the relay.
+  const connect = SERVER_STREAM + 1
+  const expectConnect = (d: FrameDecoder) => d.relay.expectConnect(connect)
+  rejects("a RELAY_OPEN with a server's id that was never asked for", [greeting(), encodeFrame(FrameType.RelayOpen, SERVER_STREAM + 9)], /did not ask for/, expectConnect)
+  rejects("relay data before the asked-for stream connected", [greeting(), encodeFrame(FrameType.RelayData, connect, Buffer.from("x"))], /not open/, expectConnect)
+  rejects("a refusal of a stream the agent opened itself", [greeting(), encodeFrame(FrameType.RelayOpen, 1), encodeFrame(FrameType.RelayClosed, 1, Buffer.from([2]))], /reason 2/, (d) => d.relay.enable())
+  rejects("a credit on a stream still connecting", [greeting(), encodeFrame(FrameType.RelayCredit, connect, u32(1))], /not connected yet/, expectConnect)
+  rejects("a second RELAY_OPEN of an asked-for stream", [greeting(), encodeFrame(FrameType.RelayOpen, connect), encodeFrame(FrameType.RelayOpen, connect)], /did not ask for/, expectConnect)
+
+  it("opens an asked-for stream on a connection without relay streams, and lets it carry data both ways", () => {
+    const { decoder, seen } = recorder()
+    decoder.relay.expectConnect(connect)
+    decoder.push(Buffer.concat([greeting(), encodeFrame(FrameType.RelayOpen, connect), encodeFrame(FrameType.RelayData, connect, Buffer.from("HTTP/1.0 200"))]))
+    decoder.relay.relaySent(connect, 10)
+    decoder.push(Buffer.concat([encodeFrame(FrameType.RelayCredit, connect, u32(10)), encodeFrame(FrameType.RelayClosed, connect, Buffer.from([0]))]))
+    assert.deepStrictEqual(violations(seen), [])
+    assert.deepStrictEqual(seen.slice(2).map((s) => `${s.event}:${s.data}`), ["relayOpen:", "relayData:HTTP/1.0 200", "relayCredit:10", "relayClosed:false"])
+  })
+
+  it("reports a stream that could not connect as refused, and an abandoned one not at all", () => {
+    const { decoder, seen } = recorder()
+    decoder.relay.expectConnect(connect)
+    decoder.relay.expectConnect(connect + 1)
+    decoder.relay.relayReset(connect + 1)
+    decoder.push(Buffer.concat([
+      greeting(),
+      encodeFrame(FrameType.RelayClosed, connect, Buffer.from([2])),
+      encodeFrame(FrameType.RelayOpen, connect + 1),
+      encodeFrame(FrameType.RelayData, connect + 1, Buffer.from("dropped")),
+      encodeFrame(FrameType.RelayClosed, connect + 1, Buffer.from([1]))
+    ]))
+    assert.deepStrictEqual(violations(seen), [])
+    assert.deepStrictEqual(seen.slice(2).map((s) => `${s.event}:${s.id - SERVER_STREAM}:${s.data}`), ["relayClosed:1:refused", "relayClosed:2:true"])
   })
 })
