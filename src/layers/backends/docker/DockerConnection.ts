@@ -146,8 +146,9 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
 
     const since = yield* Clock.currentTimeMillis
     if (context.egress !== undefined) yield* DockerTrust.install(engine, instance.providerId, instance.metadata.id, context.egress)
-    // Root steps first (the bundle, the user), then every process as the guest.
-    const user = context.guest === undefined
+    // Root steps first (the bundle, the user), then every process as the guest. An adopted container
+    // (--docker-container) is the user's own: its users are left as they are.
+    const user = context.guest === undefined || instance.metadata.external === true
       ? undefined
       : yield* DockerGuest.prepare(engine, instance.providerId, instance.metadata.id, context.guest)
     const agent = yield* startAgent(context, instance, user, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))

@@ -2,6 +2,8 @@
  * Who a Docker or Podman computer's processes are: `agent`, home /home/agent, the same user as the
  * host backend's (host/GuestUser.ts), and not root.
  *
+ * An adopted container (--docker-container) keeps its own users: it is not ours to change.
+ *
  * Its ids: the owner (uid and gid) of the first writable host directory mounted into the computer
  * (--mount, or a --docker-run-flag --volume of a host path), so that what the computer writes there
  * belongs on the host to the directory's owner, as on host (where an idmapped mount does it);
@@ -51,8 +53,9 @@ export const idsFor = (mounts: ReadonlyArray<Mounts.Mount>, flags: RunFlagSettin
   if (flags.user !== undefined) return undefined
   const source = writableSources(mounts, flags)[0]
   if (source === undefined) return DEFAULT_IDS
-  const owner = statSync(source)
-  return owner.uid === 0 ? undefined : { uid: owner.uid, gid: owner.gid }
+  // A --volume path that does not exist yet is made by the engine, as root.
+  const owner = statSync(source, { throwIfNoEntry: false })
+  return owner === undefined || owner.uid === 0 ? undefined : { uid: owner.uid, gid: owner.gid }
 }
 
 // Run as root inside the container: $1 uid, $2 gid. The home directory is changed only when it is on

@@ -283,7 +283,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
     Effect.gen(function*() {
       const backend = yield* provider()
       const { connection, instance } = yield* dockerComputer(backend, testMetadata(computerId("start"), { temporary: false }))
-      yield* sh(connection, "echo kept > /etc/kt-marker")
+      yield* sh(connection, "echo kept > /home/agent/kt-marker")
       yield* Effect.promise(() => docker().getContainer(instance.providerId).stop({ t: 1 }))
       const stopped = (yield* backend.find({ id: instance.metadata.id }))[0]!
       assert.strictEqual(stopped.state, "stopped")
@@ -298,7 +298,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
 
       const restarted = yield* backend.restart(instance)
       assert.strictEqual(restarted.providerId, instance.providerId)
-      const after = yield* Effect.scoped(Effect.flatMap(backend.connect(restarted), (c) => sh(c, "cat /etc/kt-marker")))
+      const after = yield* Effect.scoped(Effect.flatMap(backend.connect(restarted), (c) => sh(c, "cat /home/agent/kt-marker")))
       assert.strictEqual(after.stdout, "kept\n")
 
       yield* backend.remove(instance)
