@@ -3,7 +3,8 @@
 // minimal MCP SDK stdio server with one tool (bench/support/minimal-mcp-server.mjs) started the
 // same way, runs interleaved. Run after `npm run build`.
 //   node bench/cli-startup.mjs [--runs N] [--bin PATH] [-- extra CLI flags]   (default flags: --backend host)
-// --bin measures another build (an older revision, side by side in one session).
+// --bin measures another build (an older revision, side by side in one session); --before BIN adds
+// another build as a third contender, interleaved with the other two (what a change did, in one run).
 import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -19,6 +20,8 @@ const bin = binAt >= 0 ? own[binAt + 1] : join(root, "dist", "bin", "kilntainers
 const extra = dash >= 0 ? argv.slice(dash + 1) : ["--backend", "host"]
 const runsAt = own.indexOf("--runs")
 const runs = runsAt >= 0 ? Number(own[runsAt + 1]) : 10
+const beforeAt = own.indexOf("--before")
+const beforeBin = beforeAt >= 0 ? own[beforeAt + 1] : undefined
 
 const rssMiB = (pid) => {
   const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmRSS:"))
@@ -56,13 +59,16 @@ const p90 = (values) => [...values].sort((a, b) => a - b)[Math.min(values.length
 
 const stateDir = mkdtempSync(join(tmpdir(), "kt-startup-"))
 const ours = [bin, "--state-dir", stateDir, "--log-level", "error", ...extra]
-const results = { ours: [], minimal: [] }
+const before = beforeBin === undefined ? undefined : [beforeBin, ...ours.slice(1)]
+const results = { ours: [], minimal: [], before: [] }
 try {
   await once(ours) // warm the page cache
   await once([minimal])
+  if (before) await once(before)
   for (let i = 0; i < runs; i++) {
     results.ours.push(await once(ours))
     results.minimal.push(await once([minimal]))
+    if (before) results.before.push(await once(before))
   }
 } finally {
   rmSync(stateDir, { recursive: true, force: true })
@@ -73,4 +79,8 @@ const m = summary(results.minimal)
 console.log(`spawn → tools/list over stdio, ${runs} runs each, interleaved; RSS right after the answer`)
 console.log(`  kilntainers (${extra.join(" ")}): median ${k.ms.toFixed(0)} ms (p90 ${k.p90.toFixed(0)}), RSS median ${k.rss.toFixed(1)} MiB (max ${k.maxRss.toFixed(1)})`)
 console.log(`  minimal MCP SDK server, one tool: median ${m.ms.toFixed(0)} ms (p90 ${m.p90.toFixed(0)}), RSS median ${m.rss.toFixed(1)} MiB (max ${m.maxRss.toFixed(1)})`)
+if (before) {
+  const b = summary(results.before)
+  console.log(`  before (${beforeBin}): median ${b.ms.toFixed(0)} ms (p90 ${b.p90.toFixed(0)}), RSS median ${b.rss.toFixed(1)} MiB; ratio to the minimal server ${(b.ms / m.ms).toFixed(2)}, this build to it ${(k.ms / b.ms).toFixed(2)}`)
+}
 console.log(`  ratio: time ${(k.ms / m.ms).toFixed(2)}, RSS ${(k.rss / m.rss).toFixed(2)}; targets: ≤ 250 ms (${k.ms <= 250 ? "met" : "NOT met"}), ≤ 80 MiB (${k.rss <= 80 ? "met" : "NOT met"})`)

@@ -5,7 +5,8 @@
 //   the server's peak RSS (VmHWM, from /proc). Then the same N concurrent loops of bash spawns.
 //
 //   node bench/http-scale.mjs [--backend host|docker] [--sessions 50] [--calls 20]
-//     [--protocol 2025|2026] [--image IMAGE] [--bin dist/bin/kilntainers.mjs]
+//     [--protocol 2025|2026] [--image IMAGE] [--bin dist/bin/kilntainers.mjs] [--cpu-prof DIR]
+// --cpu-prof DIR starts the server under `node --cpu-prof`, writing DIR/*.cpuprofile when it exits.
 // Targets (issue 22): host ≥ 0.5× the bare rate, docker ≥ 0.35×, no failures, server RSS ≤ 200 MiB.
 import { Client as LegacyClient } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport as LegacyHttp } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
@@ -25,6 +26,7 @@ const calls = Number(option("--calls", "20"))
 const protocol = option("--protocol", "2025")
 const bin = option("--bin", join(root, "dist", "bin", "kilntainers.mjs"))
 const image = option("--image", backend === "docker" ? "kilntainers-test:bookworm" : undefined)
+const cpuProf = option("--cpu-prof", undefined)
 
 const percentile = (values, p) => {
   const sorted = [...values].sort((a, b) => a - b)
@@ -37,6 +39,7 @@ const startServer = () =>
   new Promise((resolve, reject) => {
     const stateDir = mkdtempSync(join(tmpdir(), "kt-http-scale-"))
     const server = spawn(process.execPath, [
+      ...(cpuProf ? ["--cpu-prof", "--cpu-prof-dir", cpuProf] : []),
       bin, "--transport", "http", "--port", "0", "--backend", backend, "--state-dir", stateDir,
       "--max-sessions", String(Math.max(100, sessions)),
       ...(image === undefined ? [] : ["--image", image])
@@ -55,7 +58,7 @@ const startServer = () =>
     server.stderr.on("data", (chunk) => {
       log += chunk
       const match = /MCP over HTTP at http:\/\/[^:]+:(\d+)\/mcp/.exec(log)
-      if (match) resolve({ server, url: `http://127.0.0.1:${match[1]}/mcp` })
+      if (match) resolve({ server, url: `http://127.0.0.1:${match[1]}/mcp`, log: () => log })
     })
     server.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)))
     setTimeout(() => reject(new Error(`server did not start: ${log}`)), 60_000)
@@ -74,11 +77,15 @@ const connect = async (url, i) => {
 }
 
 async function runServer() {
-  const { server, url } = await startServer()
+  const { server, url, log } = await startServer()
   const before = memory(server.pid, "VmRSS")
   const latencies = []
   let failures = 0
-  const clients = await Promise.all(Array.from({ length: sessions }, (_, i) => connect(url, i)))
+  const clients = await Promise.all(Array.from({ length: sessions }, (_, i) => connect(url, i))).catch((error) => {
+    console.error(`connecting failed (server ${server.exitCode === null ? "running" : `exited ${server.exitCode}`}): ${error?.cause?.message ?? error}\n${log().slice(-2000)}`)
+    server.kill("SIGTERM")
+    process.exit(1)
+  })
   // Each session's computer exists before the clock starts: the run measures calls, not creation.
   await Promise.all(clients.map(({ client, meta }) =>
     // Fifty containers at once can take longer than the SDK's 60 s default.

@@ -23,6 +23,8 @@
  *                 PWD set as a shell would set it); only if that finds nothing it can exec (not
  *                 found, not executable, not a binary nor a #! script) does it exec `argv`, the
  *                 shell, which then reports or runs it exactly as it would have.
+ *   RELAY_CONNECT 48 u16 port: the server opens a stream to 127.0.0.1:port inside the computer (a
+ *                 preview URL); see relay.c
  * Agent -> server:
  *   READY      16 u32 protocol version | u32 relay port (0: no relay); sent once, first
  *   STARTED    17 u32 pid
@@ -77,7 +79,7 @@ void shutdown_and_exit(void) {
 }
 
 static void on_frame(int type, uint32_t id, char *pl, size_t len) {
-  if (type >= T_RELAY_DATA_IN && type <= T_RELAY_RESET) relay_frame(type, id, pl, len);
+  if ((type >= T_RELAY_DATA_IN && type <= T_RELAY_RESET) || type == T_RELAY_CONNECT) relay_frame(type, id, pl, len);
   else proc_frame(type, id, pl, len);
 }
 

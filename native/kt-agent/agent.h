@@ -15,6 +15,7 @@ enum {
   T_SPAWN = 1, T_STDIN = 2, T_STDIN_EOF = 3, T_SIGNAL = 4, T_SPAWN_TTY = 5, T_RELEASE = 6, T_RESIZE = 7,
   T_RELAY_DATA_IN = 8, T_RELAY_EOF_IN = 9, T_RELAY_CREDIT_IN = 10, T_RELAY_RESET = 11,
   T_SPAWN_DIRECT = 12,
+  T_RELAY_CONNECT = 48, /* numbered apart: the other server -> agent types may grow */
   /* agent -> server */
   T_READY = 16, T_STARTED = 17, T_SPAWN_FAILED = 18, T_STDOUT = 19, T_STDERR = 20, T_EXIT = 21,
   T_CLOSED = 22, T_LOG = 23, T_RELEASED = 24,

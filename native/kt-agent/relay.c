@@ -6,6 +6,10 @@
  *   RELAY_DATA (either way), RELAY_EOF (either way: no more data in that direction),
  *   RELAY_CREDIT u32 (either way: that many bytes of the other side's DATA were consumed),
  *   RELAY_RESET (server: abort), RELAY_CLOSED u8 reason (agent: the stream is gone; 0 clean, 1 reset)
+ * The server may open streams too (preview URLs): RELAY_CONNECT u16 port, with an id of its own that
+ * has the top bit set (the agent's ids never do), asks the agent to connect to 127.0.0.1:port inside
+ * the computer, without --relay-port too; the agent answers RELAY_OPEN once connected, or
+ * RELAY_CLOSED 2 when it cannot. The computer gets no network from it: only the server's stream.
  * Flow control is per stream and direction: a side sends DATA only while the bytes it sent and the
  * other side has not credited stay within RELAY_WINDOW. The agent stops reading a socket whose window
  * is full, and buffers at most a window of the server's data per stream, so a slow stream costs only
@@ -34,7 +38,10 @@ struct stream {
   int server_eof;       /* the server said EOF */
   int write_shut;       /* shutdown(SHUT_WR) done */
   uint32_t armed;       /* epoll events registered */
+  int connecting;       /* RELAY_CONNECT: the connect is in progress */
 };
+
+#define SERVER_IDS 0x80000000u
 
 static int listen_fd = -1;
 static struct stream **streams;
@@ -124,7 +131,7 @@ void relay_accept(void) {
   for (;;) {
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    if (live_streams >= RELAY_MAX_STREAMS) { close(fd); continue; }
+    if (live_streams >= RELAY_MAX_STREAMS || next_stream_id >= SERVER_IDS) { close(fd); continue; }
     /* Each frame's bytes go out at once: with Nagle, a TLS handshake's small writes to the client
        wait for its delayed ACK (about 40 ms per round). */
     int one = 1;
@@ -149,9 +156,53 @@ void relay_accept(void) {
   }
 }
 
+/* RELAY_CONNECT: a stream the server opens to a loopback port inside the computer. */
+static void relay_connect(uint32_t id, const char *pl, size_t len) {
+  char reason = 2;
+  if (find(id)) return; /* the server never reuses an id */
+  if (len != 2 || !(id & SERVER_IDS)) { send_frame(T_RELAY_CLOSED, id, &reason, 1, NULL, 0); return; }
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(get16(pl)) };
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = live_streams >= RELAY_MAX_STREAMS ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct stream *s = fd < 0 ? NULL : calloc(1, sizeof *s);
+  size_t slot = (size_t)-1;
+  if (s) for (size_t i = 0; i < nstreams; i++) if (!streams[i]) { slot = i; break; }
+  if (s && slot == (size_t)-1) {
+    struct stream **grown = realloc(streams, (nstreams + 1) * sizeof *streams);
+    if (grown) { streams = grown; slot = nstreams++; }
+  }
+  int r = slot == (size_t)-1 ? -1 : connect(fd, (struct sockaddr *)&sa, sizeof sa);
+  if (slot == (size_t)-1 || (r < 0 && errno != EINPROGRESS)) {
+    if (fd >= 0) close(fd);
+    free(s);
+    send_frame(T_RELAY_CLOSED, id, &reason, 1, NULL, 0);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  s->id = id;
+  s->fd = fd;
+  s->connecting = 1;
+  streams[slot] = s;
+  live_streams++;
+  s->armed = EPOLLOUT;
+  ep_add(fd, tag(slot, K_STREAM), EPOLLOUT);
+}
+
+/* The connect of a RELAY_CONNECT stream ended: RELAY_OPEN, or RELAY_CLOSED 2. */
+static void connected(struct stream *s) {
+  int err = 0;
+  socklen_t n = sizeof err;
+  if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &n) < 0 || err != 0) { close_stream(s, 2); return; }
+  s->connecting = 0;
+  send_frame(T_RELAY_OPEN, s->id, NULL, 0, NULL, 0);
+  arm(s);
+}
+
 void relay_event(size_t slot, uint32_t events) {
   if (slot >= nstreams || !streams[slot]) return;
   struct stream *s = streams[slot];
+  if (s->connecting) { connected(s); return; }
   if (events & EPOLLOUT) {
     flush(s);
     if (slot >= nstreams || streams[slot] != s) return;
@@ -176,20 +227,22 @@ void relay_event(size_t slot, uint32_t events) {
 }
 
 void relay_frame(int type, uint32_t id, const char *pl, size_t len) {
+  if (type == T_RELAY_CONNECT) { relay_connect(id, pl, len); return; }
   struct stream *s = find(id);
   if (!s) return; /* gone already (its RELAY_CLOSED is on the way) */
   switch (type) {
   case T_RELAY_DATA_IN:
-    if (s->server_eof) break;
+    if (s->server_eof || s->connecting) break;
     ob_push(&s->in, pl, len);
     flush(s);
     break;
   case T_RELAY_EOF_IN:
+    if (s->connecting) break;
     s->server_eof = 1;
     if (!maybe_done(s)) arm(s);
     break;
   case T_RELAY_CREDIT_IN:
-    if (len >= 4) {
+    if (len >= 4 && !s->connecting) {
       uint32_t n = get32(pl);
       s->unacked = n > s->unacked ? 0 : s->unacked - n;
       arm(s);

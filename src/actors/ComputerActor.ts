@@ -28,6 +28,7 @@ import * as ExternalComputer from "./ExternalComputer.js"
 import * as Spans from "../services/Spans.js"
 import type { ComputerActor, ComputerActorOptions, Origin } from "./ComputerActorApi.js"
 import { ComputerLife, ending, stateOf, whyOf } from "./ComputerLife.js"
+import * as ComputerPorts from "./ComputerPorts.js"
 import * as ComputerProcesses from "./ComputerProcesses.js"
 import * as LeaseRenewal from "./LeaseRenewal.js"
 import { runToCompletion } from "./RunToCompletion.js"
@@ -35,7 +36,6 @@ import { runToCompletion } from "./RunToCompletion.js"
 export type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
 
 const iso = (millis: number) => new Date(millis).toISOString()
-
 /** A fresh random nonce: finds a computer whose create answer was lost. */
 const nonce = Effect.map(Random.nextIntBetween(0, 0x7fffffff), (n) => n.toString(36))
 
@@ -227,18 +227,17 @@ export const make = (
     const usable = Effect.suspend(() =>
       life._tag === "Running"
         ? Effect.succeed(life.connection.value)
-        : Effect.fail(new ComputerUnavailable({ id, state: stateOf(life), ...(whyOf(life) === undefined ? {} : { why: whyOf(life)! }) }))
-    )
+        : Effect.fail(new ComputerUnavailable({ id, state: stateOf(life), ...(whyOf(life) === undefined ? {} : { why: whyOf(life)! }) })))
 
+    // What runs in the computer goes through its connection, while it is usable.
     const spawn = (request: ProcessRequest) => Effect.flatMap(usable, (target) => processes.spawn(target, request))
-
     const run = (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) =>
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
+    const openPort = (port: number) => Effect.flatMap(usable, (target) => ComputerPorts.open(backend.name, target, port))
 
     /**
      * A serialised lifecycle step: processes end first (while the connection still stands), then it
-     * closes, then the provider acts and answers the new state; a failure leaves the computer lost,
-     * saying `failed`.
+     * closes, then the provider acts and answers the new state; a failure leaves it lost (`failed`).
      */
     const step = <E>(
       during: (had: { readonly instance: Instance | undefined }) => ComputerLife,
@@ -373,6 +372,7 @@ export const make = (
       visibleTo: (session) => !options.temporary || shared || owners.has(session),
       spawn,
       run,
+      openPort,
       closed: Deferred.await(closed),
       deleted: Deferred.await(deleted),
       ready: Deferred.await(ready),

@@ -87,8 +87,9 @@ export const make = (options: {
           const actor = live.get(id)
           live.delete(id)
           if (actor === undefined) return
+          // Older ones can explain nothing: let them (and their output logs) go, not wait for 64 more.
+          while (recent.length > 0 && (recent.length >= RECENT_KEPT || endedAt - recent[0]!.endedAt > RECENT_MS)) recent.shift()
           recent.push({ process: actor, endedAt })
-          if (recent.length > RECENT_KEPT) recent.shift()
         }))
 
     const spawn = (target: Connection, request: ProcessRequest) =>

@@ -220,6 +220,7 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
         maxConnections: values.egressMaxConnections,
         idleTimeoutMs: values.egressIdleTimeout * 1000
       },
+      preview: { ...defaultSettings.preview, host: values.previewHost, port: values.previewPort },
       auditLog: {
         path: values.auditLog,
         maxBytes: parseSize(values.auditLogMaxSize) ?? defaultSettings.auditLog.maxBytes,

@@ -7,6 +7,7 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import { generateComputerId } from "../domain/ComputerIds.js"
+import type { Owner } from "../domain/ComputerMetadata.js"
 import { AccessDenied, CheckpointNotFound, type ComputerUnavailable, QuotaExceeded, Unsupported } from "../domain/Errors.js"
 import type { Backend, Instance } from "../services/Backend.js"
 import type { CheckpointInfo, CheckpointRequest } from "../services/Computers.js"
@@ -23,7 +24,7 @@ interface Capturable {
   readonly whileRunning: <A, E>(f: (instance: Instance) => Effect.Effect<A, E>) => Effect.Effect<A, E | ComputerUnavailable>
 }
 
-export const make = (backend: Backend["Type"], maxPerSession: number) =>
+export const make = (backend: Backend["Type"], maxPerSession: number, owner: Owner) =>
   Effect.gen(function*() {
     const entries = new Map<string, Entry>()
     /** Captures under way per session: they count against the quota before they finish. */
@@ -52,7 +53,7 @@ export const make = (backend: Backend["Type"], maxPerSession: number) =>
         let id = `ckpt-${yield* generateComputerId}`
         while (entries.has(id)) id = `ckpt-${yield* generateComputerId}`
         pending.set(session, (pending.get(session) ?? 0) + 1)
-        const captured = yield* computer.whileRunning((instance) => checkpoints.capture(instance, id)).pipe(
+        const captured = yield* computer.whileRunning((instance) => checkpoints.capture(instance, id, owner)).pipe(
           Effect.ensuring(Effect.sync(() => pending.set(session, (pending.get(session) ?? 1) - 1)))
         )
         const info: CheckpointInfo = {

@@ -22,6 +22,7 @@ import { type CheckpointRequest, type ComputerInfo, type ComputerRequest, Comput
 import { ServerIdentity } from "../services/ServerIdentity.js"
 import { Settings } from "../services/Settings.js"
 import * as CheckpointStore from "./CheckpointStore.js"
+import * as CheckpointSweep from "./CheckpointSweep.js"
 import * as Reaper from "./Reaper.js"
 import { tracedBackend } from "./tracing/TracedBackend.js"
 import * as WarmPool from "./WarmPool.js"
@@ -58,8 +59,9 @@ export const layer = Layer.scoped(
     let incarnations = 0
 
     // Its finalizer is registered before the computers': checkpoints are removed with the server, after its computers.
-    const checkpoints = yield* CheckpointStore.make(backend, settings.maxCheckpoints)
+    const checkpoints = yield* CheckpointStore.make(backend, settings.maxCheckpoints, server.owner)
     yield* Reaper.run(server).pipe(Effect.provideService(Backend, backend), Effect.forkScoped)
+    yield* CheckpointSweep.run(backend, server).pipe(Effect.forkScoped)
 
     const close = (entry: Entry) =>
       Effect.suspend(() => {
@@ -315,6 +317,7 @@ export const layer = Layer.scoped(
       checkpoint,
       checkpoints: checkpoints.list,
       deleteCheckpoint: checkpoints.remove,
+      capabilities: backend.capabilities,
       pool: pool === undefined ? Effect.succeed(undefined) : pool.status
     })
   })

@@ -71,7 +71,17 @@ export interface EgressEvent {
   readonly error?: string | undefined
 }
 
-export type AuditEvent = ProcessStarted | ProcessEnded | FileWritten | ComputerEvent | EgressEvent
+/** A preview URL made, revoked or ended, or a request on the preview origin refused. */
+export interface PreviewEvent extends Attribution {
+  readonly type: "preview"
+  readonly event: "exposed" | "unexposed" | "expired" | "refused"
+  readonly preview?: string | undefined
+  readonly port?: number | undefined
+  /** Why a request was refused. */
+  readonly reason?: string | undefined
+}
+
+export type AuditEvent = ProcessStarted | ProcessEnded | FileWritten | ComputerEvent | EgressEvent | PreviewEvent
 
 /** An event as kept and written: with its time (ISO 8601, from the Clock) and redacted. */
 export type AuditEntry = AuditEvent & { readonly time: string }

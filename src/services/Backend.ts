@@ -4,7 +4,8 @@ import * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import type { ComputerMetadata, LabelStyle } from "../domain/ComputerMetadata.js"
+import type { Duplex } from "node:stream"
+import type { ComputerMetadata, LabelStyle, Owner } from "../domain/ComputerMetadata.js"
 import { type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
 
 /** What a backend can do; the kernel reads these and refuses what is missing with `Unsupported`. */
@@ -27,6 +28,8 @@ export interface Capabilities {
   readonly networkControl: boolean
   /** Checkpoints of a computer's filesystem, and new computers made from them (`Backend.checkpoints`). */
   readonly checkpoints: boolean
+  /** Preview URLs: a port inside the computer reached without its network (`Connection.openPort`). */
+  readonly previews: boolean
 }
 
 /** Every capability; a backend declares what it lacks: `capabilitiesWithout({ pty: false })`. */
@@ -40,6 +43,7 @@ export const capabilitiesWithout = (missing: Partial<{ [K in keyof Capabilities]
   files: true,
   networkControl: true,
   checkpoints: true,
+  previews: true,
   ...missing
 })
 
@@ -191,6 +195,11 @@ export interface Connection {
    * outside, agent killed, machine stopped), with a sentence saying what happened. Never fails.
    */
   readonly lost: Effect.Effect<string>
+  /**
+   * A connection to 127.0.0.1:port inside the computer that needs no network in it (the agent's
+   * relay): what preview URLs are served through. Absent where the backend has no such channel.
+   */
+  readonly openPort?: ((port: number) => Effect.Effect<Duplex, ProviderError>) | undefined
 }
 
 /** Lease renewal or keep-alive that the kernel schedules (with `Clock`) while it holds a computer. */
@@ -209,12 +218,20 @@ export interface Renewal {
  * the copy (an image id, a directory name): what `restore` and `remove` take.
  */
 export interface Checkpointing {
-  /** Captures the filesystem of a running computer; `note` says how consistent the copy is. */
-  readonly capture: (instance: Instance, id: string) => Effect.Effect<{ readonly stored: string; readonly note: string }, ProviderError>
+  /**
+   * Captures the filesystem of a running computer; `note` says how consistent the copy is. `owner`
+   * (the server taking it) is recorded with the copy where the provider can, for `sweep`.
+   */
+  readonly capture: (instance: Instance, id: string, owner: Owner) => Effect.Effect<{ readonly stored: string; readonly note: string }, ProviderError>
   /** Creates and starts a computer from a checkpoint, as `create` does (its base image stays the backend's). */
   readonly restore: (stored: string, metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
   /** Removes the copy (also when it is already gone); computers made from it are not affected. */
   readonly remove: (stored: string) => Effect.Effect<void, ProviderError>
+  /**
+   * Removes copies a crashed server left (their recorded owner is not `alive`), a bounded number
+   * per call; answers how many. Only the provider's own, labelled copies are looked at.
+   */
+  readonly sweep?: ((alive: (owner: Owner) => boolean) => Effect.Effect<number, ProviderError>) | undefined
 }
 
 /** Which of our computers to find. */

@@ -1,6 +1,7 @@
 import type * as Effect from "effect/Effect"
 import * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
+import type { Duplex } from "node:stream"
 import type {
   AccessDenied,
   CheckpointNotFound,
@@ -12,7 +13,7 @@ import type {
   SpawnFailed,
   Unsupported
 } from "../domain/Errors.js"
-import type { ExitInfo, SpawnSpec } from "./Backend.js"
+import type { Capabilities, ExitInfo, SpawnSpec } from "./Backend.js"
 import type { OutputLimit, ProcessHandle } from "./Processes.js"
 
 /** What `computer_list` shows of one computer. */
@@ -118,6 +119,8 @@ export interface ComputerHandle {
   readonly spawn: (request: ProcessRequest) => Effect.Effect<ProcessHandle, SpawnFailed | ComputerUnavailable | ProviderError>
   /** Runs a helper command to completion, stdin given, stdout kept up to `maxBytes`. Not listed in ps. */
   readonly run: (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) => Effect.Effect<RunResult, SpawnFailed | ComputerUnavailable | ProviderError>
+  /** A connection to 127.0.0.1:port inside the computer, without network in it (preview URLs); `Unsupported` where the backend has none. */
+  readonly openPort: (port: number) => Effect.Effect<Duplex, ComputerUnavailable | ProviderError | Unsupported>
   /** A warning for the agent while the provider's end of life for this computer is near (E2B's plan cap). */
   readonly warning: Effect.Effect<string | undefined>
   /** Completes when the computer is gone from this server (deleted, released, server shutdown). */
@@ -144,6 +147,8 @@ export class Computers extends Context.Tag("kilntainers/services/Computers")<Com
   readonly list: (session: string) => Effect.Effect<ReadonlyArray<ComputerInfo>, ProviderError>
   /** The warm pool, when there is one. */
   readonly pool: Effect.Effect<PoolStatus | undefined>
+  /** What the backend's computers can do (computer_list names what they cannot). */
+  readonly capabilities: Capabilities
   /** Captures a computer's filesystem as a new checkpoint of this session (counted against --max-checkpoints). */
   readonly checkpoint: (session: string, request: CheckpointRequest) => Effect.Effect<CheckpointInfo, CheckpointError>
   /** The checkpoints a session may fork: its own and shared ones. */

@@ -127,6 +127,21 @@ export interface AuditLogSettings {
   readonly keep: number
 }
 
+/** Preview URLs (--preview-host, --preview-port): served on their own listener, never on /mcp's origin. */
+export interface PreviewSettings {
+  /** Address of the preview listener. */
+  readonly host: string
+  /** Its port (0: a free one); undefined: no previews. */
+  readonly port: number | undefined
+  /** A preview's life when computer_expose does not say, and the most it may ask for, seconds. */
+  readonly defaultLifetimeSec: number
+  readonly maxLifetimeSec: number
+  /** Most connections open at once through one preview (a WebSocket holds one). */
+  readonly maxConnections: number
+  /** Largest request body through a preview, bytes. */
+  readonly maxBodyBytes: number
+}
+
 /** The resolved configuration of a kilntainers server (from CLI flags, KILNTAINERS_* variables, defaults). */
 export interface SettingsShape {
   /** Where computers run; `auto` = docker when an engine answers, else host. */
@@ -200,6 +215,7 @@ export interface SettingsShape {
   readonly otel: OtelSettings
   readonly egress: EgressSettings
   readonly auditLog: AuditLogSettings
+  readonly preview: PreviewSettings
   /** The user's own files in host and Docker computers (--mount, --deny-read, --allow-write, --deny-write). */
   readonly filesystem: FilesystemPolicy
   /** Default working directory of processes inside computers; undefined: the computer's home. */
@@ -306,6 +322,7 @@ export const defaultSettings: SettingsShape = {
     idleTimeoutMs: 300_000
   },
   auditLog: { path: undefined, maxBytes: 16 * 1024 * 1024, keep: 3 },
+  preview: { host: "127.0.0.1", port: undefined, defaultLifetimeSec: 3600, maxLifetimeSec: 86400, maxConnections: 32, maxBodyBytes: 32 * 1024 * 1024 },
   filesystem: emptyPolicy,
   workdir: undefined,
   dockerContainer: undefined

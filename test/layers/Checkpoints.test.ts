@@ -16,6 +16,8 @@ import type { Backend } from "../../src/services/Backend.js"
 import { type ComputerHandle, Computers } from "../../src/services/Computers.js"
 import { Settings } from "../../src/services/Settings.js"
 import * as Docker from "../support/Docker.js"
+import * as E2BFake from "../support/E2BFake.js"
+import * as E2BTestKit from "./backends/e2b/E2BTestKit.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 import * as ScriptedBackend from "../support/ScriptedBackend.js"
 
@@ -115,6 +117,22 @@ describeIf(bwrapWorks, "bubblewrap")("checkpoints and forks on the host backend"
     (checkpoint) => Effect.sync(() => existsSync(join(checkpointsDir, checkpoint)))
   )
 
+  // This machine: cgroup v1 with its freezer mounted, as root; v2 freezes the computer's own cgroup.
+  const freezerHere = process.getuid?.() === 0 && (existsSync("/sys/fs/cgroup/freezer") || existsSync("/sys/fs/cgroup/cgroup.controllers"))
+  it.scopedLive("a computer's processes are frozen while its workspace is copied, and run on after it", () =>
+    withComputers(HostBackend.layer({ stateDir: join(stateDir, "host"), network: false, sandbox: "bwrap" }), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("frozen") })
+        // A guest that keeps writing: a frozen copy catches it at one moment, a live one mid-stream.
+        yield* sh(original, "(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i > counter; sleep 0.01; done) >/dev/null 2>&1 &")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, freezerHere ? "processes were frozen" : "copied live")
+        // Thawed: the writer moves on after the copy.
+        const before = Number(yield* sh(original, "cat counter"))
+        yield* Effect.sleep("500 millis")
+        assert.isAbove(Number(yield* sh(original, "cat counter")), before)
+      })), 60_000)
+
   it.scopedLive("a symlink in the workspace is copied as a link, never followed out of it", () =>
     withComputers(HostBackend.layer({ stateDir: join(stateDir, "host"), network: false, sandbox: "bwrap" }), (computers) =>
       Effect.gen(function*() {
@@ -137,6 +155,58 @@ describeIf(Docker.dockerWorks, `the ${Docker.TEST_ENGINE} engine`)(`checkpoints 
   forks(() => DockerBackend.layer(Docker.testOptions()), imageExists)
 })
 
+describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("checkpoints and forks on E2B (real SDK against the fake)", () => {
+  const started = bwrapWorks ? E2BFake.start({ defaultTimeoutSec: 120 }) : new Promise<E2BFake.E2BFake>(() => {})
+  afterAll(async () => (bwrapWorks ? (await started).close() : undefined))
+  const backend = () => Layer.unwrapEffect(Effect.promise(() => started).pipe(Effect.map((fake) => E2BBackend.layer(E2BTestKit.options(fake)))))
+  /** The fake holds E2B snapshots exactly while the specification's checkpoints exist (one test at a time). */
+  forks(backend, () => Effect.promise(() => started).pipe(Effect.map((fake) => fake.snapshots().length > 0)))
+
+  it.scopedLive("a checkpoint is an E2B snapshot that outlives its sandbox, and goes from E2B with the checkpoint", () =>
+    withComputers(backend(), (computers) =>
+      Effect.gen(function*() {
+        const fake = yield* Effect.promise(() => started)
+        const original = yield* computers.create("s1", { computer_id: ids("e2b-orig") })
+        yield* sh(original, "echo kept > note")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, "E2B snapshot")
+        const [snapshot] = fake.snapshots()
+        assert.isDefined(snapshot)
+        assert.strictEqual(fake.requests.filter((r) => r.method === "POST" && r.path.endsWith("/snapshots")).at(-1)?.status, 201)
+        yield* computers.delete("s1", original.id)
+        assert.isFalse(fake.sandboxes().some((sandbox) => sandbox.sandboxID === snapshot!.sandboxID))
+        const fork = yield* computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })
+        assert.strictEqual(yield* sh(fork, "cat note"), "kept\n")
+        // The fork boots from the snapshot's template, named by its id.
+        assert.isTrue(fake.sandboxes().some((sandbox) => sandbox.templateID === snapshot!.snapshotID))
+        yield* computers.deleteCheckpoint("s1", checkpoint.checkpoint_id)
+        assert.deepStrictEqual(fake.snapshots(), [])
+        assert.strictEqual(fake.requests.filter((r) => r.method === "DELETE" && r.path.startsWith("/templates/")).at(-1)?.status, 204)
+      })), 120_000)
+})
+
+describeIf(WasmBackend.findToolsetDir() !== undefined, "the WASI toolset (bash wasm/build.sh)")("checkpoints and forks on the WASM toolset", () => {
+  const wasm = () => WasmBackend.layer({ mode: "toolset", modulePath: undefined, stateDir: join(stateDir, "wasm"), maxMemoryMb: 256, timeoutMs: 60_000 })
+  it.scopedLive("a computer's files are forked three times; each fork changes alone, the original untouched", () =>
+    withComputers(wasm(), (computers) =>
+      Effect.gen(function*() {
+        const original = yield* computers.create("s1", { computer_id: ids("wasm-orig"), temporary: false })
+        yield* sh(original, "mkdir -p data && echo original > data/note")
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, "consistent")
+        const made = yield* Effect.forEach([0, 1, 2], (n) => computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id, temporary: n !== 0 }))
+        yield* Effect.forEach(made, (fork, n) => sh(fork, `echo fork-${n} > data/note`))
+        for (const [n, fork] of made.entries()) assert.strictEqual(yield* sh(fork, "cat data/note"), `fork-${n}\n`)
+        assert.strictEqual(yield* sh(original, "cat data/note"), "original\n")
+        // A later change of the original does not reach the checkpoint.
+        yield* sh(original, "echo changed > data/note")
+        const late = yield* computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })
+        assert.strictEqual(yield* sh(late, "cat data/note"), "original\n")
+        yield* computers.deleteCheckpoint("s1", checkpoint.checkpoint_id)
+        assert.strictEqual((yield* Effect.flip(computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })))._tag, "CheckpointNotFound")
+      })), 120_000)
+})
+
 describe("backends without checkpoints", () => {
   it.scoped("a cloud backend refuses a checkpoint with Unsupported, and says so in its capabilities", () =>
     Effect.gen(function*() {
@@ -148,9 +218,11 @@ describe("backends without checkpoints", () => {
           assert.strictEqual(refused._tag, "Unsupported")
           assert.include(refused.message, "checkpoints")
         }))
-      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities, E2BBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities]) {
         assert.isFalse(capabilities.checkpoints)
       }
-      assert.isTrue(HostBackend.capabilities.checkpoints && DockerBackend.capabilities.checkpoints)
+      for (const capabilities of [HostBackend.capabilities, DockerBackend.capabilities, E2BBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+        assert.isTrue(capabilities.checkpoints)
+      }
     }))
 })

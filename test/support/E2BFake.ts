@@ -16,6 +16,7 @@
  *   POST   /sandboxes/{id}/pause {memory}         pause
  *   POST   /v2/sandboxes/{id}/connect {timeout}   connect; resumes a paused sandbox (201)
  *   POST   /sandboxes/{id}/resume {timeout}       v1 resume
+ *   POST   /sandboxes/{id}/snapshots, DELETE /templates/{id}   snapshots (E2BFakeSnapshots.ts)
  *
  * The contract it enforces, as e2b-dev/infra's API does (handlers/sandbox_create.go,
  * sandbox_connect.go, sandbox_timeout.go, sandbox_pause.go, orchestrator/keep_alive.go):
@@ -60,6 +61,7 @@ import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import { Backend } from "../../src/services/Backend.js"
 import { apiError, ENVD_PREFIXES, type FakeSandbox, makeEnvd, readBody, sendJson } from "./E2BFakeEnvd.js"
 import { networkRefusal, type TeamFeatures } from "./E2BFakeNetwork.js"
+import * as E2BFakeSnapshots from "./E2BFakeSnapshots.js"
 
 export { envelope, FAKE_HOME, parseEnvelopes } from "./E2BFakeEnvd.js"
 
@@ -138,6 +140,8 @@ export interface E2BFake {
   readonly kill: (sandboxId: string) => Promise<boolean>
   /** Pauses a sandbox as if from outside (without memory unless asked); resolves when it is paused. */
   readonly pause: (sandboxId: string, options?: { readonly memory?: boolean }) => Promise<boolean>
+  /** The snapshots E2B holds (taken and not deleted). */
+  readonly snapshots: () => ReadonlyArray<E2BFakeSnapshots.FakeSnapshot>
   /** Running processes of a sandbox (envd pids). */
   readonly processes: (sandboxId: string) => ReadonlyArray<number>
   /**
@@ -170,13 +174,15 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   const faults: Array<{ fault: Fault; left: number }> = []
   const requests: Array<RecordedRequest> = []
   const handleEnvd = makeEnvd(runtime, sandboxes)
+  const snapshots = E2BFakeSnapshots.make(runtime, backend)
   const team: TeamFeatures = { networkTransformRules: options.teamFeatures?.networkTransformRules ?? false }
   let manualNow = 0
   let inFlight = 0
   const now = () => (options.manualClock ? manualNow : Date.now())
 
   const newId = () => `i${randomBytes(10).toString("hex")}`
-  const envdOf = (template: string) => options.templates?.[template]?.envdVersion ?? options.envdVersion ?? "0.5.20"
+  const envdOf = (template: string) =>
+    snapshots.named(template)?.envdVersion ?? options.templates?.[template]?.envdVersion ?? options.envdVersion ?? "0.5.20"
 
   // ---- lifecycle --------------------------------------------------------------------------------
 
@@ -197,17 +203,13 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
   const boot = async (sandbox: FakeSandbox) => {
     const scope = await runtime.runPromise(Scope.make())
     try {
-      sandbox.instance = await runtime.runPromise(
-        sandbox.instance === undefined
-          ? backend.create({
-            id: sandbox.id,
-            temporary: false,
-            image: sandbox.templateID,
-            created: new Date(sandbox.startedAt).toISOString(),
-            instance: "e2b-fake"
-          })
-          : backend.start(sandbox.instance)
-      )
+      const metadata = { id: sandbox.id, temporary: false, image: sandbox.templateID, created: new Date(sandbox.startedAt).toISOString(), instance: "e2b-fake" }
+      const snapshot = snapshots.named(sandbox.templateID)
+      sandbox.instance = sandbox.instance !== undefined
+        ? await runtime.runPromise(backend.start(sandbox.instance))
+        : snapshot !== undefined
+        ? await snapshots.boot(snapshot, metadata)
+        : await runtime.runPromise(backend.create(metadata))
       sandbox.connection = await runtime.runPromise(Scope.extend(backend.connect(sandbox.instance), scope))
       sandbox.scope = scope
     } catch (error) {
@@ -399,6 +401,9 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       return sendJson(res, 200, page.map(info), headers)
     }
 
+    const template = /^\/templates\/([^/]+)$/.exec(path)
+    if (method === "DELETE" && template !== null) return snapshots.remove(res, decodeURIComponent(template[1]!))
+
     const match = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/[a-z]+)?$/.exec(path)
     if (match === null) return apiError(res, 404, `no route ${method} ${path}`)
     const sandbox = sandboxes.get(decodeURIComponent(match[1]!))
@@ -422,6 +427,10 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       const refused = keepAlive(sandbox, timeout, true)
       if (refused) return apiError(res, 400, refused)
       return sendJson(res, 204, undefined)
+    }
+    if (method === "POST" && action === "/snapshots") {
+      if (changing) return apiError(res, 409, `Sandbox '${sandbox.id}' cannot be snapshotted while in '${sandbox.state}' state`)
+      return serially(sandbox, () => snapshots.create(res, sandbox))
     }
     if (method === "POST" && action === "/pause") {
       if (sandbox.state === "paused") return apiError(res, 409, `Error pausing sandbox - sandbox '${sandbox.id}' is already paused`)
@@ -569,6 +578,7 @@ export const start = async (options: E2BFakeOptions = {}): Promise<E2BFake> => {
       const sandbox = sandboxes.get(sandboxId)
       return sandbox === undefined ? false : pause(sandbox, how?.memory ?? false)
     },
+    snapshots: snapshots.all,
     processes: (sandboxId) => [...(sandboxes.get(sandboxId)?.processes.keys() ?? [])],
     advance: async (ms) => {
       if (!options.manualClock) throw new Error("E2BFake.advance needs manualClock")

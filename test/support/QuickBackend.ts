@@ -21,7 +21,8 @@ export const layer = Layer.succeed(Backend, Backend.of({
     persistence: false,
     files: false,
     networkControl: false,
-    checkpoints: false
+    checkpoints: false,
+    previews: false
   },
   labelStyle: "dashed",
   image: "quick",

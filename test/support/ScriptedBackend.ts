@@ -94,6 +94,7 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     files: false,
     networkControl: false,
     checkpoints: false,
+    previews: false,
     ...options.capabilities
   }
 

@@ -105,6 +105,20 @@ export const httpFlags = {
     transport: "http",
     help: "Serve a non-loopback --host without a token (behind an auth proxy)"
   }),
+  previewHost: Flag.text("preview-host", {
+    group: "http options",
+    default: "127.0.0.1",
+    metavar: "ADDRESS",
+    more: true,
+    help: "Address of the preview URL listener (computer_expose)"
+  }),
+  previewPort: Flag.optionalInteger("preview-port", {
+    group: "http options",
+    min: 0,
+    max: 65535,
+    more: true,
+    help: "Serve preview URLs on this port (own origin, not /mcp's; 0: a free one); stdio too"
+  }),
   maxSessions: Flag.integer("max-sessions", {
     group: "http options",
     default: 100,

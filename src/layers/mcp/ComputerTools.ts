@@ -1,6 +1,7 @@
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { type ComputerHandle, ComputerInfo, Computers, PoolStatus } from "../../services/Computers.js"
+import type { Capabilities } from "../../services/Backend.js"
 import { Files } from "../../services/Files.js"
 import { defaultReadBytes, maxFileBytes } from "../FileTransfer.js"
 import * as Dashboard from "./Dashboard.js"
@@ -14,6 +15,7 @@ const Inventory = Schema.Struct({
   computers: Schema.Array(ComputerInfo),
   count: Schema.Number,
   pool: Schema.optional(PoolStatus.annotations({ description: "The warm pool of computers prepared ahead" })),
+  unsupported: Schema.optional(Schema.Array(Schema.String).annotations({ description: "Capabilities this backend lacks" })),
   audit: Schema.optional(Schema.Array(RecentActivity.Activity).annotations({
     description: "Recent activity of these computers from the audit log (processes, files, lifecycle, network), oldest first"
   }))
@@ -28,6 +30,12 @@ const Encoding = Schema.Literal("utf8", "base64")
 const Int = Schema.Number.pipe(Schema.int())
 
 /** The inventory; the recent audit entries only when asked for (they grow with every command an agent runs). */
+/** The capabilities the backend lacks (checkpoints, pty, …): what its tools answer with Unsupported. */
+const unsupported = (capabilities: Capabilities) => {
+  const missing = Object.entries(capabilities).flatMap(([name, has]) => (has ? [] : [name]))
+  return missing.length === 0 ? {} : { unsupported: missing }
+}
+
 const inventory = (session: string, withAudit: boolean) =>
   Effect.flatMap(Computers, (computers) =>
     Effect.all([computers.list(session), computers.pool]).pipe(
@@ -38,6 +46,7 @@ const inventory = (session: string, withAudit: boolean) =>
             computers: list,
             count: list.length,
             ...(pool === undefined ? {} : { pool }),
+            ...unsupported(computers.capabilities),
             ...(audit.length === 0 ? {} : { audit })
           })
         )

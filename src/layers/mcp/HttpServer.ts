@@ -11,6 +11,7 @@ import * as Schema from "effect/Schema"
 import { createServer } from "node:http"
 import type { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
+import type { Previews } from "../../services/Previews.js"
 import type { Processes } from "../../services/Processes.js"
 import { Settings } from "../../services/Settings.js"
 import * as BearerAuth from "./BearerAuth.js"
@@ -91,8 +92,12 @@ export const serveHttp = (options: HttpOptions) =>
           `this server authenticates`
       })
     }
-    const context = yield* Effect.context<Processes | Computers | Files | Settings>()
+    const context = yield* Effect.context<Processes | Computers | Files | Previews | Settings>()
     const node = createServer()
+    // Idle keep-alive connections are closed by the client, not by us: Node's 5 s default let a busy
+    // server close a connection just as a client (undici keeps them 4 s) sent the next request on
+    // it, which the client saw as ECONNRESET (50 sessions connecting at once, bench/http-scale.mjs).
+    node.keepAliveTimeout = 65_000
     const server = yield* NodeHttpServer.make(() => node, { host: options.host, port: options.port }).pipe(
       Effect.mapError((error) => new HttpStartError({ message: `cannot listen on ${options.host}:${options.port}: ${describe(error.cause)}` }))
     )
@@ -144,6 +149,8 @@ export const serveHttp = (options: HttpOptions) =>
           health: "/healthz"
         })
       ),
+      // Previews have an origin of their own (--preview-port): a page there can never act with this one's credentials.
+      HttpRouter.all("/p/*", HttpServerResponse.unsafeJson({ error: "preview URLs are served on the preview origin only" }, { status: 403 })),
       HttpRouter.all("/mcp", tokens.length === 0 ? BearerAuth.unauthenticated(mcp) : BearerAuth.middleware(tokens)(mcp))
     )
     const app = router.pipe(

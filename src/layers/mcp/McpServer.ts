@@ -31,6 +31,7 @@ import * as ComputerTools from "./ComputerTools.js"
 import * as Dashboard from "./Dashboard.js"
 import { lazyJsonSchemaValidator } from "./LazyJsonSchemaValidator.js"
 import { maxMessageBytes } from "./Limits.js"
+import * as PreviewTools from "./PreviewTools.js"
 import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
@@ -104,7 +105,8 @@ const catalogue = (settings: SettingsShape): Catalogue => {
   const tools: ReadonlyArray<Tool.Tool<any, any, ToolServices>> = [
     ...ProcessTools.make(settings),
     ...ComputerTools.make(),
-    ...CheckpointTools.make()
+    ...CheckpointTools.make(),
+    ...PreviewTools.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {

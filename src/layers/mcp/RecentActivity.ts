@@ -34,6 +34,8 @@ export const summary = (entry: AuditEntry): string => {
       return `${entry.append ? "appended to" : "wrote"} ${cut(entry.path)} (${entry.bytes} bytes)`
     case "computer":
       return `computer ${entry.event}${entry.detail === undefined ? "" : `: ${cut(entry.detail, 80)}`}`
+    case "preview":
+      return `preview ${entry.event}${entry.port === undefined ? "" : ` of port ${entry.port}`}${entry.reason === undefined ? "" : `: ${cut(entry.reason, 80)}`}`
     case "egress": {
       const target = `${entry.host}:${entry.port}${entry.path === undefined ? "" : cut(entry.path, 60)}`
       return `${entry.method} ${target} ${entry.decision}${entry.status === undefined ? "" : ` ${entry.status}`} (${cut(entry.rule, 80)})`

@@ -13,6 +13,7 @@ import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import type { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
+import type { Previews } from "../../services/Previews.js"
 import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
@@ -22,7 +23,7 @@ import type * as Tool from "./Tool.js"
 import * as ToolCallSpan from "./ToolCallSpan.js"
 
 /** What tool calls use: the runtime's services over the backend. */
-export type ToolServices = Processes | Computers | Files
+export type ToolServices = Processes | Computers | Files | Previews
 
 /** The tools of one server and what tools/list says of them. */
 export interface Catalogue {

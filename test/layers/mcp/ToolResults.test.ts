@@ -178,4 +178,16 @@ describe("tool results an agent can live on", () => {
       assert.notInclude(unknown.text, "hunter2")
       assert.notInclude((yield* call("spawn", { command: ["hunter2"] })).text, "hunter2")
     }))
+
+  it.scoped("computer_list names what the backend cannot do, and computer_checkpoint answers Unsupported there", () =>
+    Effect.gen(function*() {
+      const { call } = yield* connected()
+      const listed = yield* call("computer_list", {})
+      // The scripted backend: no pty, files, network control or checkpoints.
+      assert.deepStrictEqual(listed.json.unsupported, ["pty", "files", "networkControl", "checkpoints"])
+      const created = yield* call("computer_create", {})
+      const refused = yield* call("computer_checkpoint", { computer_id: created.json.computer_id })
+      assert.isTrue(refused.isError)
+      assert.match(refused.text, /^Unsupported: .*checkpoints/)
+    }))
 })

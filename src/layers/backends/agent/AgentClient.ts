@@ -12,12 +12,22 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
-import type { Readable, Writable } from "node:stream"
+import type { Duplex, Readable, Writable } from "node:stream"
 import type { AgentChannel } from "./AgentChannel.js"
 import { type ProviderError, providerError, SpawnFailed } from "../../../domain/Errors.js"
 import { signalNumber } from "../../../domain/Signals.js"
 import type { ExitInfo } from "../../../services/Backend.js"
-import { type AgentSpawnSpec, encodeFrame, encodeSize, encodeSpawn, encodeU32, FrameType } from "./AgentProtocol.js"
+import {
+  type AgentSpawnSpec,
+  encodeFrame,
+  encodeSize,
+  encodeSpawn,
+  encodeU16,
+  encodeU32,
+  FrameType,
+  RELAY_MAX_STREAMS,
+  SERVER_STREAM
+} from "./AgentProtocol.js"
 import { FrameDecoder } from "./FrameDecoder.js"
 import { RelayHub, type RelayListener } from "./Relay.js"
 
@@ -87,6 +97,7 @@ export class AgentClient {
   private readonly decoder: FrameDecoder
   private readonly relay: RelayHub
   private nextId = 1
+  private nextStream = SERVER_STREAM
   private dead: string | undefined
   private closing = false
   private stderrTail = ""
@@ -287,6 +298,28 @@ export class AgentClient {
           this.release(id)
         }
       })
+    })
+  }
+
+  /**
+   * A connection to 127.0.0.1:port inside the computer, through the agent's relay (RELAY_CONNECT):
+   * the computer needs no network for it. Interrupted before it connects, the stream is reset.
+   */
+  openPort(port: number): Effect.Effect<Duplex, ProviderError> {
+    const operation = `connect to port ${port} inside the computer`
+    return Effect.async((resume) => {
+      if (this.dead !== undefined) return resume(Effect.fail(this.unavailable(operation, this.dead)))
+      if (this.relay.serverStreams >= RELAY_MAX_STREAMS) {
+        return resume(Effect.fail(providerError(this.backend, operation, "Unavailable", `${RELAY_MAX_STREAMS} connections are open already`)))
+      }
+      // Never reused; past 2^32 (billions of connections) the ids would wrap onto the agent's.
+      const id = this.nextStream++
+      if (id > 0xffff_ffff) return resume(Effect.fail(this.unavailable(operation, "no stream ids left")))
+      this.decoder.expectConnect(id)
+      const pending = this.relay.connect(id, this.decoder, (result) =>
+        resume(typeof result === "string" ? Effect.fail(this.unavailable(operation, result)) : Effect.succeed(result)))
+      this.send(FrameType.RelayConnect, id, encodeU16(port))
+      return Effect.sync(pending.cancel)
     })
   }
 

@@ -19,6 +19,8 @@ export const FrameType = {
   RelayCreditIn: 10,
   RelayReset: 11,
   SpawnDirect: 12,
+  /** u16 port: open a stream to 127.0.0.1:port inside the computer (numbered apart, see relay.c). */
+  RelayConnect: 48,
   Ready: 16,
   Started: 17,
   SpawnFailed: 18,
@@ -51,6 +53,10 @@ export const MAX_TEXT = 1024
 export const RELAY_WINDOW = 256 * 1024
 export const RELAY_CHUNK = 64 * 1024
 export const RELAY_MAX_STREAMS = 256
+/** The top bit marks the ids of streams the server opens (RELAY_CONNECT); the agent's never have it. */
+export const SERVER_STREAM = 0x8000_0000
+/** RELAY_CLOSED reasons: a clean end, a reset, a RELAY_CONNECT that could not connect. */
+export const RelayClosedReason = { Clean: 0, Reset: 1, Refused: 2 } as const
 
 /** Encodes one frame. */
 export const encodeFrame = (type: number, id: number, payload?: Uint8Array): Buffer => {
@@ -95,6 +101,12 @@ export const encodeSize = (cols: number, rows: number): Buffer => {
   const payload = Buffer.allocUnsafe(4)
   payload.writeUInt16LE(cols, 0)
   payload.writeUInt16LE(rows, 2)
+  return payload
+}
+
+export const encodeU16 = (value: number): Buffer => {
+  const payload = Buffer.allocUnsafe(2)
+  payload.writeUInt16LE(value, 0)
   return payload
 }
 

@@ -9,7 +9,8 @@
  *     for a requested spawn, output only for a started process, one EXIT, CLOSED only after EXIT,
  *     RELEASED only for a release; frames for a process being released are dropped until RELEASED;
  *   - relay streams: new ids only (increasing), at most RELAY_MAX_STREAMS open, DATA within the
- *     window the server granted, CREDIT only for data the server sent.
+ *     window the server granted, CREDIT only for data the server sent; streams the server opened
+ *     (RELAY_CONNECT, ids with the top bit) open only when asked for, and only they may be refused.
  * Memory is bounded: at most a header and one control payload (<= MAX_TEXT bytes) are buffered;
  * output and relay data are handed over as views of the input chunk, never copied, never gathered.
  * The decoder does no I/O and never throws for any input.
@@ -24,7 +25,9 @@ import {
   PROTOCOL_VERSION,
   RELAY_CHUNK,
   RELAY_MAX_STREAMS,
-  RELAY_WINDOW
+  RELAY_WINDOW,
+  RelayClosedReason,
+  SERVER_STREAM
 } from "./AgentProtocol.js"
 
 /** What the decoder reports. Output `data` is only valid during the call (it views the input chunk). */
@@ -42,13 +45,16 @@ export interface DecoderHandler {
   readonly relayData: (id: number, data: Uint8Array) => void
   readonly relayEof: (id: number) => void
   readonly relayCredit: (id: number, bytes: number) => void
-  readonly relayClosed: (id: number, reset: boolean) => void
+  /** `refused`: a stream the server asked for could not connect. */
+  readonly relayClosed: (id: number, reset: boolean, refused: boolean) => void
   /** Once, then nothing more: the channel broke the protocol. */
   readonly violation: (reason: string) => void
 }
 
 type ProcessState = "spawning" | "running" | "exited" | "releasing"
 interface StreamState {
+  /** A RELAY_CONNECT not answered yet. */
+  connecting: boolean
   resetting: boolean
   agentEof: boolean
   /** Bytes of the agent's DATA the server has not credited yet. */
@@ -124,6 +130,11 @@ export class FrameDecoder {
   isLive(id: number): boolean {
     const state = this.processes.get(id)
     return state !== undefined && state !== "releasing"
+  }
+
+  /** A RELAY_CONNECT with this id was sent: its RELAY_OPEN (or RELAY_CLOSED) is expected. */
+  expectConnect(id: number): void {
+    this.streams.set(id, { connecting: true, resetting: false, agentEof: false, agentUnacked: 0, serverUnacked: 0 })
   }
 
   /** The server sent `bytes` of relay DATA on the stream. */
@@ -215,7 +226,7 @@ export class FrameDecoder {
       }
       case FrameType.RelayData: {
         const stream = this.streams.get(id)
-        if (stream === undefined) return this.fail(`RELAY_DATA for stream ${id}, which is not open`)
+        if (stream === undefined || stream.connecting) return this.fail(`RELAY_DATA for stream ${id}, which is not open`)
         if (stream.resetting) return true
         if (stream.agentEof) return this.fail(`RELAY_DATA for stream ${id} after its EOF`)
         if (stream.agentUnacked + length > RELAY_WINDOW) {
@@ -312,25 +323,39 @@ export class FrameDecoder {
     }
   }
 
+  /** The server's streams still connecting: not counted against the agent's own. */
+  private connects(): number {
+    let n = 0
+    for (const stream of this.streams.values()) if (stream.connecting) n++
+    return n
+  }
+
   private relayFrame(payload: Buffer): void {
     const id = this.id
     const stream = this.streams.get(id)
     const name = NAMES[this.type]!
+    if (this.type === FrameType.RelayOpen && stream?.connecting === true) {
+      stream.connecting = false
+      return stream.resetting ? undefined : this.handler.relayOpen(id)
+    }
     if (this.type === FrameType.RelayOpen) {
+      if (id >= SERVER_STREAM) return void this.fail(`RELAY_OPEN for stream ${id}, which the server did not ask for`)
       if (!this.relayEnabled) return void this.fail("RELAY_OPEN without a relay")
       if (id <= this.lastStream) return void this.fail(`RELAY_OPEN for stream ${id}, not a new id`)
-      if (this.streams.size >= RELAY_MAX_STREAMS) return void this.fail(`more than ${RELAY_MAX_STREAMS} relay streams`)
+      if (this.streams.size >= RELAY_MAX_STREAMS + this.connects()) return void this.fail(`more than ${RELAY_MAX_STREAMS} relay streams`)
       this.lastStream = id
-      this.streams.set(id, { resetting: false, agentEof: false, agentUnacked: 0, serverUnacked: 0 })
+      this.streams.set(id, { connecting: false, resetting: false, agentEof: false, agentUnacked: 0, serverUnacked: 0 })
       return this.handler.relayOpen(id)
     }
     if (stream === undefined) return void this.fail(`${name} for stream ${id}, which is not open`)
     if (this.type === FrameType.RelayClosed) {
       const reason = payload[0]!
-      if (reason > 1) return void this.fail(`RELAY_CLOSED for stream ${id} with reason ${reason}`)
+      const refusable = stream.connecting && reason === RelayClosedReason.Refused
+      if (reason > RelayClosedReason.Reset && !refusable) return void this.fail(`RELAY_CLOSED for stream ${id} with reason ${reason}`)
       this.streams.delete(id)
-      return this.handler.relayClosed(id, reason === 1)
+      return this.handler.relayClosed(id, reason !== RelayClosedReason.Clean, refusable)
     }
+    if (stream.connecting) return void this.fail(`${name} for stream ${id}, which is not connected yet`)
     if (stream.resetting) return
     if (this.type === FrameType.RelayEof) {
       if (stream.agentEof) return void this.fail(`a second RELAY_EOF for stream ${id}`)

@@ -7,6 +7,9 @@
  * credited, and the server credits only what its consumer has read; the server sends at most
  * RELAY_WINDOW bytes the agent has not credited (written to the client socket). A slow consumer
  * therefore stalls only its own stream, and each stream holds at most a window per direction.
+ *
+ * The server opens streams too (`RelayHub.connect`, for preview URLs): the agent connects to a
+ * loopback port inside the computer and the stream works the same way from then on.
  */
 import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
@@ -14,7 +17,7 @@ import * as Stream from "effect/Stream"
 import type * as Scope from "effect/Scope"
 import { Duplex } from "node:stream"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
-import { encodeU32, FrameType, RELAY_CHUNK, RELAY_WINDOW } from "./AgentProtocol.js"
+import { encodeU32, FrameType, RELAY_CHUNK, RELAY_WINDOW, SERVER_STREAM } from "./AgentProtocol.js"
 
 /** One connection to the relay port, made by a process inside the computer. */
 export interface RelayConnection {
@@ -201,9 +204,13 @@ const connectionOf = (socket: RelaySocket, backend: string): RelayConnection => 
   })
 })
 
+/** What waits for the answer to a RELAY_CONNECT: undefined once the opener gave up (and reset it). */
+type Opening = ((result: Duplex | string) => void) | undefined
+
 /** The relay streams of one agent, driven by AgentClient. */
 export class RelayHub {
   private readonly sockets = new Map<number, RelaySocket>()
+  private readonly opening = new Map<number, Opening>()
 
   constructor(
     private readonly backend: string,
@@ -211,8 +218,39 @@ export class RelayHub {
     private readonly listener: RelayListener | undefined
   ) {}
 
+  /** Streams the server opened or is opening: bounded by the caller (AgentClient) to RELAY_MAX_STREAMS. */
+  get serverStreams(): number {
+    let n = this.opening.size
+    for (const id of this.sockets.keys()) if (id >= SERVER_STREAM) n++
+    return n
+  }
+
+  /**
+   * Waits for the answer to the RELAY_CONNECT `id` (sent by the caller): `done` gets the connected
+   * socket, or why there is none. `cancel` gives up: a stream that opens later is reset.
+   */
+  connect(id: number, flow: FlowTracker, done: (result: Duplex | string) => void): { readonly cancel: () => void } {
+    this.opening.set(id, done)
+    return {
+      cancel: () => {
+        if (this.opening.get(id) === undefined) return
+        this.opening.set(id, undefined)
+        flow.relayReset(id)
+        this.send(FrameType.RelayReset, id)
+      }
+    }
+  }
+
   open(id: number, flow: FlowTracker): void {
     const socket = new RelaySocket(id, this.send, flow)
+    if (id >= SERVER_STREAM) {
+      const done = this.opening.get(id)
+      this.opening.delete(id)
+      // Given up: the reset is on its way, and the stream's frames are dropped until it closes.
+      if (done === undefined) return
+      this.sockets.set(id, socket)
+      return done(socket)
+    }
     this.sockets.set(id, socket)
     if (this.listener === undefined) {
       socket.destroy()
@@ -234,6 +272,11 @@ export class RelayHub {
   }
 
   closed(id: number, reset: boolean): void {
+    if (this.opening.has(id)) {
+      const done = this.opening.get(id)
+      this.opening.delete(id)
+      return done?.("nothing accepts connections on that port inside the computer")
+    }
     const socket = this.sockets.get(id)
     this.sockets.delete(id)
     if (socket === undefined || socket.gone) return
@@ -249,6 +292,8 @@ export class RelayHub {
       socket.destroy(new Error("the computer's agent is gone"))
     }
     this.sockets.clear()
+    for (const done of this.opening.values()) done?.("the computer's agent is gone")
+    this.opening.clear()
   }
 }
 

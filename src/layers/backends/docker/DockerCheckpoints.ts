@@ -7,9 +7,13 @@
  * The engine pauses the container while it commits (`pause=true`), so the copy is consistent; what
  * is captured is the container's filesystem: not its running processes, and not the contents of
  * volumes or bind mounts (the user's --mount directories), which a fork mounts afresh.
+ *
+ * Each image also carries the server that took it (`kilntainers.checkpoint.owner-*`: host, pid,
+ * process start), so that a later server removes the images of one that crashed (`sweep`): only
+ * images with our label and a complete owner whose process is gone, at most MAX_SWEEP per pass.
  */
 import * as Effect from "effect/Effect"
-import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
+import type { ComputerMetadata, Owner } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Checkpointing, Instance } from "../../../services/Backend.js"
 import type { Engine } from "./DockerEngine.js"
@@ -18,6 +22,18 @@ import type { Engine } from "./DockerEngine.js"
 export const REPOSITORY = "kilntainers-checkpoint"
 /** The label every checkpoint image carries, its value the checkpoint's id. */
 export const LABEL = "kilntainers.checkpoint"
+/** The owner's labels: the server process that took the checkpoint. */
+export const OWNER_LABELS = { host: `${LABEL}.owner-host`, pid: `${LABEL}.owner-pid`, start: `${LABEL}.owner-start` } as const
+/** Images one sweep removes at most (the rest wait for the next server's start). */
+export const MAX_SWEEP = 100
+
+/** The owner an image's labels name, when they name one completely. */
+export const ownerOf = (labels: Readonly<Record<string, string>> | null | undefined): Owner | undefined => {
+  const host = labels?.[OWNER_LABELS.host]
+  const pid = Number(labels?.[OWNER_LABELS.pid])
+  const start = labels?.[OWNER_LABELS.start]
+  return host === undefined || start === undefined || !Number.isInteger(pid) || pid < 1 ? undefined : { host, pid, start }
+}
 
 export const make = (
   engine: Engine,
@@ -25,12 +41,12 @@ export const make = (
 ): Checkpointing => {
   const { docker, call } = engine
 
-  const capture = (instance: Instance, id: string) =>
+  const capture = (instance: Instance, id: string, owner: Owner) =>
     call("commit the container", (signal) =>
       docker.getContainer(instance.providerId).commit({
         // dockerode would put every option in the query; the labels belong in the body.
         _query: { container: instance.providerId, repo: REPOSITORY, tag: id, pause: true, comment: `kilntainers checkpoint ${id}` },
-        _body: { Labels: { [LABEL]: id } },
+        _body: { Labels: { [LABEL]: id, [OWNER_LABELS.host]: owner.host, [OWNER_LABELS.pid]: String(owner.pid), [OWNER_LABELS.start]: owner.start } },
         abortSignal: signal
       })).pipe(
         Effect.map(() => ({
@@ -55,5 +71,25 @@ export const make = (
       Effect.asVoid
     )
 
-  return { capture, restore: (stored, metadata) => create(metadata, stored), remove }
+  const sweep = (alive: (owner: Owner) => boolean) =>
+    call("list checkpoint images", (signal) => docker.listImages({ filters: { label: [LABEL] }, abortSignal: signal } as Parameters<typeof docker.listImages>[0])).pipe(
+      Effect.map((images) =>
+        images.flatMap((image) => {
+          const owner = ownerOf(image.Labels)
+          const id = image.Labels?.[LABEL]
+          // Without a complete owner (an older server's image) it is left: its server may still run.
+          return owner === undefined || id === undefined || alive(owner) ? [] : [`${REPOSITORY}:${id}`]
+        }).slice(0, MAX_SWEEP)
+      ),
+      Effect.flatMap((leftovers) =>
+        Effect.forEach(leftovers, (stored) =>
+          remove(stored).pipe(
+            Effect.as(1),
+            Effect.catchAll((error) => Effect.as(Effect.logWarning(`${engine.name} backend: cannot remove leftover checkpoint ${stored}: ${error.message}`), 0))
+          ))
+      ),
+      Effect.map((removed) => removed.reduce((a, b) => a + b, 0))
+    )
+
+  return { capture, restore: (stored, metadata) => create(metadata, stored), remove, sweep }
 }

@@ -180,5 +180,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
           Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
         )
       })
-    return { home: HOME, spawn, lost: Deferred.await(lost) }
+    // Without the agent (an image that cannot run it) there is no channel to a port inside.
+    const openPort = Option.isSome(agent) ? (port: number) => agent.value.openPort(port) : undefined
+    return { home: HOME, spawn, openPort, lost: Deferred.await(lost) }
   })

@@ -5,6 +5,7 @@
  * The folder, one concept per module:
  *   E2BBackend.ts    the options, the capabilities and the provider as the `Backend` service
  *   E2BProvider.ts   the control-plane calls (find, inspect, create, attach, suspend, remove, renew)
+ *   E2BCheckpoints.ts checkpoints and forks: E2B's snapshots
  *   E2BConnection.ts `connect`: the SDK handle of a running sandbox, and the watch for its loss
  *   E2BError.ts      a failed call as a ProviderError, with E2B's wording
  *   RuntimeCap.ts    the plan's maximum runtime: end of life, renewals, the lost reasons
@@ -23,6 +24,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { type ProviderError, Unsupported } from "../../../domain/Errors.js"
 import { Backend, type Capabilities, type Instance, capabilitiesWithout } from "../../../services/Backend.js"
+import * as E2BCheckpoints from "./E2BCheckpoints.js"
 import * as E2BConnection from "./E2BConnection.js"
 import { BACKEND, e2bError } from "./E2BError.js"
 import * as E2BProvider from "./E2BProvider.js"
@@ -74,9 +76,10 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 
 /**
  * What works on E2B. restart: pause + resume (filesystem kept, a cold boot); files: the runtime
- * reads and writes files with processes, whose output is exact bytes; networkControl: not offered.
+ * reads and writes files with processes, whose output is exact bytes; networkControl: not offered;
+ * checkpoints: E2B's snapshots (E2BCheckpoints.ts).
  */
-export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, checkpoints: false })
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, previews: false })
 
 /** The E2B provider, after the startup checks: valid limits, and an API that answers and takes the key. */
 export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
@@ -99,14 +102,15 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
       .filter((value) => value.length >= 4)
     /** Never let the key (or a header rule's value) into a message, whatever the SDK or the service put there. */
     const scrub = (text: string) => secrets.reduce((out, value) => out.split(value).join("<redacted>"), text)
+    const connection: E2BProvider.Connection = {
+      apiKey: secret,
+      requestTimeoutMs,
+      ...(options.apiUrl !== undefined ? { apiUrl: options.apiUrl } : {}),
+      ...(options.sandboxUrl !== undefined ? { sandboxUrl: options.sandboxUrl } : {}),
+      ...(options.domain !== undefined ? { domain: options.domain } : {})
+    }
     const provider = E2BProvider.make({
-      connection: {
-        apiKey: secret,
-        requestTimeoutMs,
-        ...(options.apiUrl !== undefined ? { apiUrl: options.apiUrl } : {}),
-        ...(options.sandboxUrl !== undefined ? { sandboxUrl: options.sandboxUrl } : {}),
-        ...(options.domain !== undefined ? { domain: options.domain } : {})
-      },
+      connection,
       timeoutMs,
       maxRuntimeSec,
       envs: options.envs,
@@ -137,7 +141,7 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
       labelStyle: E2BProvider.LABEL_STYLE,
       image: options.template,
       find: provider.find,
-      create: provider.create,
+      create: (metadata) => provider.create(metadata),
       start: (instance) => Effect.map(provider.attach(instance.providerId, true), (attached) => attached.instance),
       connect: E2BConnection.connect({
         provider,
@@ -151,7 +155,8 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
       restart,
       remove: (instance) => provider.remove(instance.providerId),
       suspend: (instance) => provider.suspend(instance.providerId),
-      renewal: { everyMs: keepAliveMs, leaseMs: timeoutMs, renew: provider.renew }
+      renewal: { everyMs: keepAliveMs, leaseMs: timeoutMs, renew: provider.renew },
+      checkpoints: E2BCheckpoints.make({ connection, scrub, create: provider.create })
     })
   })
 

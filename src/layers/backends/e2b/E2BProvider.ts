@@ -17,6 +17,7 @@
  *   suspend  pause with a filesystem snapshot; a 409 (changing state, or already paused) is
  *            resolved by asking for the state, never taken for done
  *   remove   kill; a sandbox that is already gone is removed
+ *   (checkpoints: E2BCheckpoints.ts, E2B's snapshots; a fork is `create` from a snapshot)
  *   renew    extend the timeout, never past the end of the plan's runtime (RuntimeCap.ts)
  *
  * E2B's own timeout is the lease: metadata cannot change after create, so the kernel's `expires`
@@ -141,7 +142,8 @@ export const make = (config: ProviderConfig) => {
       Effect.asVoid
     )
 
-  const create = (metadata: ComputerMetadata) =>
+  /** `template`: what the sandbox boots from, the metadata's image unless a fork's snapshot (E2BCheckpoints.ts). */
+  const create = (metadata: ComputerMetadata, template: string = metadata.image) =>
     Effect.gen(function*() {
       // Before the call: the period can only have started later, so this end is never too late.
       const before = yield* Clock.currentTimeMillis
@@ -155,7 +157,7 @@ export const make = (config: ProviderConfig) => {
         Effect.catchAllCause(() => Effect.void)
       )
       const sandbox = yield* call("create the sandbox", (signal) =>
-        Sandbox.create(labeled.image, {
+        Sandbox.create(template, {
           ...connection,
           signal,
           timeoutMs: config.timeoutMs,

@@ -89,7 +89,7 @@ export interface Mount {
 
 const unescape = (field: string) => field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)))
 
-const mounts = (): ReadonlyArray<Mount> => {
+export const mounts = (): ReadonlyArray<Mount> => {
   try {
     return readFileSync("/proc/self/mountinfo", "utf8").split("\n").flatMap((line) => {
       const [left, right] = line.split(" - ")
@@ -104,7 +104,7 @@ const mounts = (): ReadonlyArray<Mount> => {
 }
 
 /** `/proc/self/cgroup`: hierarchy controllers ("" for v2) → own path. */
-const ownPaths = (): ReadonlyArray<{ readonly controllers: ReadonlyArray<string>; readonly path: string }> => {
+export const ownPaths = (): ReadonlyArray<{ readonly controllers: ReadonlyArray<string>; readonly path: string }> => {
   try {
     return readFileSync("/proc/self/cgroup", "utf8").trim().split("\n").map((line) => {
       const [, controllers = "", ...path] = line.split(":")
@@ -115,7 +115,7 @@ const ownPaths = (): ReadonlyArray<{ readonly controllers: ReadonlyArray<string>
   }
 }
 
-const within = (mount: Mount, path: string) =>
+export const within = (mount: Mount, path: string) =>
   join(mount.point, mount.root !== "/" && path.startsWith(mount.root) ? path.slice(mount.root.length) : path)
 
 const writable = (path: string) => {

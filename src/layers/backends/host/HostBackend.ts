@@ -161,6 +161,7 @@ export const make = (options: HostBackendOptions) =>
         return {
           home: sandboxed ? Launcher.SANDBOX_HOME : home,
           spawn: (spec) => AgentProcesses.spawn(NAME, client, spec),
+          openPort: (port) => client.openPort(port),
           lost: Deferred.await(lost)
         } satisfies Connection
       }).pipe(Effect.withSpan("HostBackend.connect"))
@@ -184,6 +185,8 @@ export const make = (options: HostBackendOptions) =>
         checkpointsDir: resolve(options.stateDir, "checkpoints"),
         computersDir,
         homeOf: workspaces.homeOf,
+        freeze: launcher === undefined ? undefined : (instance) =>
+          Effect.flatMap(workspaces.keyOf(instance), (key) => (key === undefined ? Effect.succeed(false) : launcher.freeze(key))),
         create: workspaces.create,
         remove: workspaces.remove
       }),

@@ -4,19 +4,27 @@
  * copied back from it with `cp -a --reflink=auto` (a reflink where the filesystem has them, a
  * plain copy elsewhere), then given to the fork's own host uid.
  *
- * Capturing reads a tree the guest may be changing while it is read (the copy is live: processes
- * are not frozen), so it never follows a path the guest could swap: each directory is opened with
+ * The computer's processes are frozen during the copy where the host has a cgroup freezer
+ * (Freezer.ts); elsewhere the copy is live. Either way the server reads a tree the guest controls, so it never follows a path the guest could swap: each directory is opened with
  * O_NOFOLLOW and its entries are reached through that descriptor (`/proc/self/fd/N/name`), each
  * file is opened with O_NOFOLLOW and copied from its descriptor. A symlink is copied as a link;
  * sockets, FIFOs and devices are left out. The copy stops when it would not fit on the disk.
+ *
+ * Each checkpoint directory holds a record of the server that took it (`owner.json`, written
+ * before the copy starts), so that a later server removes what a crashed one left (`sweep`): the
+ * directories of a server whose process is gone, and those without a record (a capture cut short
+ * before its record) once they are an hour old — at most MAX_SWEEP per pass.
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
 import { execFile } from "node:child_process"
 import { constants } from "node:fs"
-import { chmod, copyFile, type FileHandle, lstat, mkdir, open, readdir, readlink, rm, statfs, symlink } from "node:fs/promises"
+import { chmod, copyFile, type FileHandle, lstat, mkdir, open, readdir, readFile, readlink, rm, statfs, symlink, writeFile } from "node:fs/promises"
 import { join } from "node:path"
-import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
+import * as Clock from "effect/Clock"
+import * as Schema from "effect/Schema"
+import { type ComputerMetadata, Owner } from "../../../domain/ComputerMetadata.js"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import type { Checkpointing, Instance } from "../../../services/Backend.js"
 import * as ComputerRecord from "./ComputerRecord.js"
@@ -27,6 +35,14 @@ const NAME = "host"
 const MAX_DEPTH = 256
 const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
 const FILE = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
+
+/** Directories one sweep removes at most (the rest wait for the next pass). */
+export const MAX_SWEEP = 100
+/** The record of the server that took a checkpoint. */
+export const OWNER_FILE = "owner.json"
+/** A directory without a record is a capture cut short once it is this old. */
+const UNRECORDED_AFTER_MS = 60 * 60 * 1000
+const decodeOwner = Schema.decodeUnknownOption(Schema.parseJson(Owner))
 
 const failed = (operation: string, error: unknown) => providerError(NAME, operation, "Failed", error instanceof Error ? error.message : String(error), error)
 
@@ -74,6 +90,8 @@ export interface HostCheckpointsOptions {
   readonly checkpointsDir: string
   /** A computer's workspace (`<dir>/home`), when the instance is still ours. */
   readonly homeOf: (instance: Instance) => Effect.Effect<string, ProviderError>
+  /** Freezes the computer's processes for the life of the Scope; false when it cannot (Freezer.ts). */
+  readonly freeze?: ((instance: Instance) => Effect.Effect<boolean, ProviderError, Scope.Scope>) | undefined
   readonly create: (metadata: ComputerMetadata) => Effect.Effect<Instance, ProviderError>
   readonly remove: (instance: Instance) => Effect.Effect<void, ProviderError>
   readonly computersDir: string
@@ -82,14 +100,32 @@ export interface HostCheckpointsOptions {
 export const make = (options: HostCheckpointsOptions): Checkpointing => {
   const dirOf = (stored: string) => join(options.checkpointsDir, stored)
 
-  const capture = (instance: Instance, id: string) =>
+  const capture = (instance: Instance, id: string, owner: Owner) =>
     Effect.gen(function*() {
       const home = yield* options.homeOf(instance)
       const dir = dirOf(id)
-      yield* Effect.tryPromise({
+      // Frozen while the copy runs (thawed when the scope closes, whatever its exit).
+      const frozen = yield* Effect.scoped(Effect.gen(function*() {
+        const held = options.freeze === undefined ? false : yield* options.freeze(instance)
+        yield* copy(instance, home, dir, owner)
+        return held
+      }))
+      return {
+        stored: id,
+        note: frozen
+          ? "the workspace (/home/agent) copied while the computer's processes were frozen (a consistent copy); " +
+            "running processes, /tmp and mounted directories are not captured"
+          : "the workspace (/home/agent) copied live: no cgroup freezer here, so files written during the copy may be caught " +
+            "half-written; running processes, /tmp and mounted directories are not captured"
+      }
+    })
+
+  const copy = (instance: Instance, home: string, dir: string, owner: Owner) =>
+    Effect.tryPromise({
         try: async () => {
           await mkdir(options.checkpointsDir, { recursive: true, mode: 0o700 })
           await mkdir(dir, { mode: 0o700 })
+          await writeFile(join(dir, OWNER_FILE), JSON.stringify(owner), { mode: 0o600 })
           const space = await statfs(options.checkpointsDir)
           // Leaves 256 MiB of the disk free.
           const budget = { left: space.bavail * space.bsize - 256 * 1024 * 1024 }
@@ -103,12 +139,6 @@ export const make = (options: HostCheckpointsOptions): Checkpointing => {
         },
         catch: (error) => failed(`checkpoint computer '${instance.metadata.id}'`, error)
       }).pipe(Effect.tapError(() => Effect.promise(() => rm(dir, { recursive: true, force: true }))))
-      return {
-        stored: id,
-        note: "the workspace (/home/agent) copied while the computer ran (not frozen: files written during the copy may be caught " +
-          "half-written); running processes, /tmp and mounted directories are not captured"
-      }
-    })
 
   const restore = (stored: string, metadata: ComputerMetadata) =>
     Effect.gen(function*() {
@@ -136,5 +166,39 @@ export const make = (options: HostCheckpointsOptions): Checkpointing => {
       catch: (error) => failed(`remove checkpoint ${stored}`, error)
     })
 
-  return { capture, restore, remove }
+  /** What `sweep` should do with one directory: its age decides only without an owner record. */
+  const leftover = async (name: string, alive: (owner: Owner) => boolean, now: number) => {
+    const dir = dirOf(name)
+    const stat = await lstat(dir).catch(() => undefined)
+    if (stat === undefined || !stat.isDirectory()) return false
+    const record = await readFile(join(dir, OWNER_FILE), "utf8").catch(() => undefined)
+    if (record === undefined) return now - stat.mtimeMs > UNRECORDED_AFTER_MS
+    const owner = decodeOwner(record)
+    // An unreadable record is not ours to judge: left.
+    return Option.isSome(owner) && !alive(owner.value)
+  }
+
+  const sweep = (alive: (owner: Owner) => boolean) =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      return yield* Effect.tryPromise({
+        try: async () => {
+          const names = await readdir(options.checkpointsDir).catch((error: NodeJS.ErrnoException) => {
+            if (error.code === "ENOENT") return [] as Array<string>
+            throw error
+          })
+          let removed = 0
+          for (const name of names) {
+            if (removed >= MAX_SWEEP) break
+            if (!(await leftover(name, alive, now))) continue
+            await rm(dirOf(name), { recursive: true, force: true, maxRetries: 3 })
+            removed++
+          }
+          return removed
+        },
+        catch: (error) => failed("remove leftover checkpoints", error)
+      })
+    })
+
+  return { capture, restore, remove, sweep }
 }

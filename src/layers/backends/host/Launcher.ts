@@ -13,6 +13,7 @@ import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import { locateHelper, type VerifiedHelper } from "../agent/NativeBinaries.js"
 import * as PrivateHelpers from "../agent/PrivateHelpers.js"
 import * as Cgroups from "./Cgroups.js"
+import * as Freezer from "./Freezer.js"
 import * as GuestUser from "./GuestUser.js"
 import type { HostIds } from "./GuestUser.js"
 import * as HostMounts from "./HostMounts.js"
@@ -146,6 +147,8 @@ export interface SandboxLauncher {
     ProviderError,
     Scope.Scope
   >
+  /** Freezes the running computer with this key for the life of the Scope; false when it cannot be frozen (Freezer.ts). */
+  readonly freeze: (key: string) => Effect.Effect<boolean, never, Scope.Scope>
 }
 
 /**
@@ -200,13 +203,14 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
         ? Effect.void
         : providerError(NAME, "start the sandbox", "NotFound", `${MountObjects.mountLabel(held.mount)}: its host directory was removed`), { discard: true })
 
-    const cgroups = yield* Cgroups.plan
+    const cgroups = yield* Freezer.withFreezer(yield* Cgroups.plan)
     yield* Cgroups.reapStale(cgroups, options.ownerAlive)
     const said = Cgroups.describe(cgroups, options.limits, nproc !== undefined)
     yield* Effect.logInfo(said.limited)
     if (Option.isSome(said.unlimited)) yield* Effect.logWarning(said.unlimited.value)
 
     return {
+      freeze: (key: string) => Freezer.hold(cgroups, Cgroups.cgroupName(options.owner, key)),
       hostIds: (recorded, taken) =>
         Option.match(range, {
           onNone: () => Effect.succeed(undefined),

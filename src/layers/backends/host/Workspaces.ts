@@ -222,6 +222,8 @@ export const make = (options: WorkspacesOptions) => {
 
   /** The workspace of a computer that is still ours. */
   const homeOf = (instance: Instance) => Effect.map(locate(instance), ({ dir }) => join(dir, "home"))
+  /** The computer's key (its cgroups' name: Freezer.ts). */
+  const keyOf = (instance: Instance) => Effect.map(locate(instance), ({ record }) => record.key)
 
-  return { find, create, start, remove, adopt, claim, homeOf }
+  return { find, create, start, remove, adopt, claim, homeOf, keyOf }
 }

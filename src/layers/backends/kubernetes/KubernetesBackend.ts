@@ -70,7 +70,7 @@ export const HOME = Objects.HOME
 const DEFAULT_LEASE_MS = 10 * 60_000
 
 /** What works on Kubernetes (see the header for networkControl). */
-export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, checkpoints: false })
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, checkpoints: false, previews: false })
 
 const QUANTITY = /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/
 

@@ -24,7 +24,8 @@
  * (`suspend`), live there alone, `stopped` until `start` reads them back. Restart keeps the
  * filesystem; the kernel's factory reset removes the computer and creates it again from the base
  * image (an empty /home/agent, /tmp, /etc/hostname). No `adopt`: a WASM computer costs nothing to
- * make, so a warm pool would gain nothing (the kernel refuses `--warm-pool`).
+ * make, so a warm pool would gain nothing (the kernel refuses `--warm-pool`). Checkpoints
+ * (WasmCheckpoints.ts) are clones of a computer's tree, held in memory.
  */
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -36,6 +37,8 @@ import * as Launcher from "./Launcher.js"
 import { formatSize } from "../../../domain/Size.js"
 import { DEFAULT_MAX_DISK_BYTES } from "./Quota.js"
 import { baseImage } from "./Snapshot.js"
+import type { VDir } from "./Vfs.js"
+import * as WasmCheckpoints from "./WasmCheckpoints.js"
 import * as SnapshotStore from "./SnapshotStore.js"
 import * as WasmComputer from "./WasmComputer.js"
 import { connect } from "./WasmConnection.js"
@@ -57,7 +60,7 @@ export interface WasmBackendOptions {
 }
 
 /** The capabilities of the toolset backend. */
-export const toolsetCapabilities: Capabilities = capabilitiesWithout({ pty: false, signals: false, networkControl: false, checkpoints: false })
+export const toolsetCapabilities: Capabilities = capabilitiesWithout({ pty: false, signals: false, networkControl: false, previews: false })
 
 /** The capabilities of a user module: no shell, so the runtime cannot move files with `sh -c`. */
 export const moduleCapabilities: Capabilities = { ...toolsetCapabilities, files: false }
@@ -100,13 +103,14 @@ export const make = (options: WasmBackendOptions) =>
         return [...held.map((metadata) => instance(metadata, "running")), ...saved] as ReadonlyArray<Instance>
       })
 
-    const create = (metadata: ComputerMetadata) =>
+    /** A new computer with the filesystem `root` (the base image, or a checkpoint's clone). */
+    const create = (metadata: ComputerMetadata, root: VDir = baseImage(metadata.id)) =>
       Effect.gen(function*() {
         const id = metadata.id
         if (computers.has(id) || (yield* store.exists(id))) {
           return yield* providerError(name, `create computer ${id}`, "Conflict", "a computer of this id exists")
         }
-        const computer = WasmComputer.make(metadata, baseImage(id), maxDisk)
+        const computer = WasmComputer.make(metadata, root, maxDisk)
         computers.set(id, computer)
         // A permanent computer is on disk from the start: a server that dies keeps it.
         yield* WasmComputer.save(store, computer, true).pipe(
@@ -164,14 +168,19 @@ export const make = (options: WasmBackendOptions) =>
       labelStyle: "dashed",
       image: name,
       find,
-      create,
+      create: (metadata) => create(metadata),
       start: (target) => Effect.map(held(target), running),
       connect: (target) =>
         Effect.flatMap(held(target), (computer) => connect(computer, { backend: name, launcher, store, timeoutMs: options.timeoutMs })),
       // The kernel has ended the processes and closed the connection, which saved the filesystem.
       restart: (target) => Effect.map(held(target), running),
       remove,
-      suspend
+      suspend,
+      checkpoints: WasmCheckpoints.make({
+        backend: name,
+        treeOf: (target) => Effect.map(held(target), (computer) => computer.fs.vfs.root),
+        create
+      })
     })
   })
 

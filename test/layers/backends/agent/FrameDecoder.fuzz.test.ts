@@ -6,7 +6,7 @@
  * Valid streams must decode without a violation.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { encodeFrame, FrameType, HEADER_SIZE, MAX_TEXT } from "../../../../src/layers/backends/agent/AgentProtocol.js"
+import { encodeFrame, FrameType, HEADER_SIZE, MAX_TEXT, SERVER_STREAM } from "../../../../src/layers/backends/agent/AgentProtocol.js"
 import { FrameDecoder } from "../../../../src/layers/backends/agent/FrameDecoder.js"
 
 const SEED = 0x6b746532
@@ -40,6 +40,8 @@ const u32 = (n: number) => {
 interface Case {
   readonly frames: Array<Buffer>
   readonly ids: ReadonlyArray<number>
+  /** Streams the server asked for (RELAY_CONNECT), with or without a relay port. */
+  readonly connects: ReadonlyArray<number>
 }
 
 /** A protocol-valid stream: READY, then interleaved process lives and relay streams. */
@@ -68,6 +70,19 @@ const validCase = (rng: Rng): Case => {
       lives.push(life)
     }
   }
+  const connects: Array<number> = []
+  for (let n = int(rng, 3); n > 0; n--) {
+    const stream = SERVER_STREAM + 1 + connects.length
+    connects.push(stream)
+    if (rng() < 0.3) {
+      lives.push([encodeFrame(FrameType.RelayClosed, stream, Buffer.from([2]))])
+      continue
+    }
+    const life = [encodeFrame(FrameType.RelayOpen, stream)]
+    for (let i = int(rng, 4); i > 0; i--) life.push(encodeFrame(FrameType.RelayData, stream, bytes(rng, 1 + int(rng, 100))))
+    life.push(encodeFrame(FrameType.RelayClosed, stream, Buffer.from([int(rng, 2)])))
+    lives.push(life)
+  }
   if (rng() < 0.3) lives.push([encodeFrame(FrameType.Log, 0, bytes(rng, int(rng, 50)))])
   // Relay ids must appear in increasing order: interleave, but keep each life's order and open streams in order.
   const cursors = lives.map(() => 0)
@@ -83,7 +98,7 @@ const validCase = (rng: Rng): Case => {
     frames.push(life[cursors[pick]!]!)
     cursors[pick]!++
   }
-  return { frames, ids }
+  return { frames, ids, connects }
 }
 
 const mutate = (rng: Rng, stream: Buffer): Buffer => {
@@ -123,7 +138,8 @@ const mutate = (rng: Rng, stream: Buffer): Buffer => {
 }
 
 /** Feeds the input in random chunks and checks the protocol invariants of what comes out. */
-const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>) => {
+const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>, connects: ReadonlyArray<number>) => {
+  const asked = new Set(connects)
   const started = new Set<number>()
   const exited = new Set<number>()
   const closed = new Set<number>()
@@ -154,14 +170,15 @@ const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>) => {
     released: () => check(false, "released without a release"),
     log: (text) => check(Buffer.byteLength(text) <= 4 * MAX_TEXT, "log"),
     relayOpen: (id) => {
-      check(!streams.has(id), `relayOpen ${id}`)
+      // A server's stream opens only when asked for, and once.
+      check(!streams.has(id) && (id < SERVER_STREAM || asked.delete(id)), `relayOpen ${id}`)
       streams.add(id)
     },
     relayData: (id, data) => check(streams.has(id) && data.byteLength > 0, `relayData ${id}`),
     relayEof: (id) => check(streams.has(id), `relayEof ${id}`),
     relayCredit: () => check(false, "credit for data never sent"),
-    relayClosed: (id) => {
-      check(streams.has(id), `relayClosed ${id}`)
+    relayClosed: (id, _reset, refused) => {
+      check(refused ? asked.delete(id) : streams.has(id) || asked.delete(id), `relayClosed ${id}`)
       streams.delete(id)
     },
     violation: () => {
@@ -169,6 +186,7 @@ const run = (rng: Rng, input: Buffer, ids: ReadonlyArray<number>) => {
     }
   })
   for (const id of ids) decoder.expectSpawn(id)
+  for (const id of connects) decoder.expectConnect(id)
   let offset = 0
   while (offset < input.length) {
     const n = 1 + int(rng, rng() < 0.5 ? 16 : HEADER_SIZE * 40)
@@ -185,11 +203,11 @@ describe("FrameDecoder fuzz", () => {
     const started = performance.now()
     for (let i = 0; i < CASES; i++) {
       const kind = i % 10 < 2 ? "valid" : i % 10 < 9 ? "mutated" : "random"
-      const { frames, ids } = validCase(rng)
+      const { connects, frames, ids } = validCase(rng)
       let input: Buffer = Buffer.concat(frames)
       if (kind === "mutated") for (let m = 1 + int(rng, 3); m > 0; m--) input = mutate(rng, input)
       if (kind === "random") input = bytes(rng, int(rng, 400))
-      const result = run(rng, input, ids)
+      const result = run(rng, input, ids, connects)
       tally[kind]++
       if (result.violations > 0) tally.violations++
       // Plain checks first: chai's assertions cost more than a case.

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { encodeFrame, encodeSpawn, FrameType, MAX_OUTPUT, RELAY_WINDOW } from "../../../../src/layers/backends/agent/AgentProtocol.js"
+import { encodeFrame, encodeSpawn, FrameType, MAX_OUTPUT, RELAY_WINDOW, SERVER_STREAM } from "../../../../src/layers/backends/agent/AgentProtocol.js"
 import { type DecoderHandler, FrameDecoder } from "../../../../src/layers/backends/agent/FrameDecoder.js"
 
 type Seen = { readonly event: string; readonly id: number; readonly data: string }
@@ -28,7 +28,7 @@ const recorder = (overrides: Partial<DecoderHandler> = {}) => {
     relayData: (id, data) => add("relayData", id, Buffer.from(data).toString("latin1")),
     relayEof: (id) => add("relayEof", id),
     relayCredit: (id, bytes) => add("relayCredit", id, String(bytes)),
-    relayClosed: (id, reset) => add("relayClosed", id, String(reset)),
+    relayClosed: (id, reset, refused) => add("relayClosed", id, refused ? "refused" : String(reset)),
     violation: (reason) => add("violation", 0, reason),
     ...overrides
   })
@@ -210,5 +210,39 @@ describe("FrameDecoder", () => {
     decoder.relayReset(1)
     decoder.push(Buffer.concat([encodeFrame(FrameType.RelayData, 1, Buffer.from("x")), encodeFrame(FrameType.RelayEof, 1), encodeFrame(FrameType.RelayClosed, 1, Buffer.from([1]))]))
     assert.deepStrictEqual(seen.map((s) => s.event), ["ready", "relayOpen", "relayClosed"])
+  })
+
+  // Streams the server opens (RELAY_CONNECT, for preview URLs): ids with the top bit, answered once.
+  const connect = SERVER_STREAM + 1
+  const expectConnect = (d: FrameDecoder) => d.expectConnect(connect)
+  rejects("a RELAY_OPEN with a server's id that was never asked for", [ready(), encodeFrame(FrameType.RelayOpen, SERVER_STREAM + 9)], /did not ask for/, expectConnect)
+  rejects("relay data before the asked-for stream connected", [ready(), encodeFrame(FrameType.RelayData, connect, Buffer.from("x"))], /not open/, expectConnect)
+  rejects("a refusal of a stream the agent opened itself", [ready(3128), encodeFrame(FrameType.RelayOpen, 1), encodeFrame(FrameType.RelayClosed, 1, Buffer.from([2]))], /reason 2/, () => {})
+  rejects("a credit on a stream still connecting", [ready(), encodeFrame(FrameType.RelayCredit, connect, u32(1))], /not connected yet/, expectConnect)
+
+  it("opens an asked-for stream without a relay port, and lets it carry data both ways", () => {
+    const { decoder, seen } = recorder()
+    decoder.expectConnect(connect)
+    decoder.push(Buffer.concat([ready(0), encodeFrame(FrameType.RelayOpen, connect), encodeFrame(FrameType.RelayData, connect, Buffer.from("HTTP/1.0 200"))]))
+    decoder.relaySent(connect, 10)
+    decoder.push(Buffer.concat([encodeFrame(FrameType.RelayCredit, connect, u32(10)), encodeFrame(FrameType.RelayClosed, connect, Buffer.from([0]))]))
+    assert.deepStrictEqual(violations(seen), [])
+    assert.deepStrictEqual(seen.slice(1).map((s) => `${s.event}:${s.data}`), ["relayOpen:", "relayData:HTTP/1.0 200", "relayCredit:10", "relayClosed:false"])
+  })
+
+  it("reports a stream that could not connect as refused, and an abandoned one not at all", () => {
+    const { decoder, seen } = recorder()
+    decoder.expectConnect(connect)
+    decoder.expectConnect(connect + 1)
+    decoder.relayReset(connect + 1)
+    decoder.push(Buffer.concat([
+      ready(0),
+      encodeFrame(FrameType.RelayClosed, connect, Buffer.from([2])),
+      encodeFrame(FrameType.RelayOpen, connect + 1),
+      encodeFrame(FrameType.RelayData, connect + 1, Buffer.from("dropped")),
+      encodeFrame(FrameType.RelayClosed, connect + 1, Buffer.from([1]))
+    ]))
+    assert.deepStrictEqual(violations(seen), [])
+    assert.deepStrictEqual(seen.slice(1).map((s) => `${s.event}:${s.id - SERVER_STREAM}:${s.data}`), ["relayClosed:1:refused", "relayClosed:2:true"])
   })
 })
