@@ -8,8 +8,8 @@
  * this window itself) and anything that is not JSON-RPC are dropped and counted, never parsed
  * further.
  */
-import { type JSONRPCMessage, JSONRPCMessageSchema } from "@modelcontextprotocol/sdk/types.js"
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js"
+import type { JSONRPCMessage, Transport } from "@modelcontextprotocol/client"
+import { JSONRPCMessageSchema } from "@modelcontextprotocol/core"
 
 export class HostTransport implements Transport {
   onclose?: () => void

@@ -5,7 +5,10 @@
  * inventory from the `computer_dashboard` tool result, follows the host's theme and style
  * variables, and calls the server's tools through the host (`callServerTool`): the inventory and
  * the selected computer's processes every few seconds while visible and after every action,
- * create / restart / factory reset / delete, and `sandbox_exec` for the command runner. On
+ * create / restart / factory reset / delete, and `sandbox_exec` for the command runner; the live
+ * terminal panel shows a terminal process of the selected computer through the `terminal` tool
+ * (its `view` polled by cursor, one call at a time, every `livePollMs`; take over, keys, hand
+ * back). On
  * `ui/resource-teardown` it stops: no timer, no size reports, in-flight calls cancelled, controls
  * disabled.
  *
@@ -13,7 +16,8 @@
  */
 import { App, applyDocumentTheme, type McpUiHostContext } from "@modelcontextprotocol/ext-apps"
 import { HostTransport } from "./HostTransport.js"
-import { type ComputerView, execEntry, inventory, type InventoryView, processes, promptLine, resultText, safeStyleVariables } from "./model.js"
+import { LiveTerminal, type ViewJson } from "./LiveTerminal.js"
+import { type ComputerView, execEntry, inventory, type InventoryView, processes, type ProcessesView, promptLine, resultText, safeStyleVariables } from "./model.js"
 import { byTestId, Confirm, Inventory, renderActivity, renderPool, renderProcesses, renderTargets, Terminal } from "./view.js"
 
 /** How often the dashboard refreshes while it is visible. */
@@ -21,6 +25,9 @@ const refreshMs = 4_000
 const listTimeoutMs = 60_000
 const actionTimeoutMs = 300_000
 const execTimeoutMs = 900_000
+/** How often the live terminal asks for what its process wrote since the last view. */
+const livePollMs = 250
+const liveTimeoutMs = 30_000
 
 const app = new App(
   { name: "kilntainers-dashboard", version: "0.1.0" },
@@ -49,6 +56,8 @@ const ui = {
     empty: byTestId("processes-empty"),
     more: byTestId("processes-hidden")
   },
+  liveTarget: byTestId<HTMLSelectElement>("live-target"),
+  liveEmpty: byTestId("live-empty"),
   activity: byTestId("activity"),
   activityList: byTestId<HTMLOListElement>("activity-list")
 }
@@ -60,6 +69,7 @@ let running = false
 /** Aborted on teardown: every tool call in flight is cancelled. */
 const lifetime = new AbortController()
 let timer: ReturnType<typeof setInterval> | undefined
+let liveTimer: ReturnType<typeof setInterval> | undefined
 let stopSizeReports: (() => void) | undefined
 
 // ---- status and errors ----
@@ -113,7 +123,10 @@ const refreshProcesses = async () => {
   const target = selected
   if (target === undefined) return renderProcesses(ui.processes, { rows: [], hidden: 0 }, undefined)
   const result = await callTool("ps", { computer_id: target }, listTimeoutMs)
-  if (target === selected) renderProcesses(ui.processes, processes(result), selected)
+  if (target !== selected) return
+  const view = processes(result)
+  renderProcesses(ui.processes, view, selected)
+  showLiveTargets(view)
 }
 
 let refreshing = false
@@ -230,6 +243,81 @@ const run = async () => {
   }
 }
 
+// ---- the live terminal ----
+/** The terminal process the panel shows (of the selected computer), and its computer. */
+let live: { readonly pid: string; readonly computer: string } | undefined
+let liveBusy = false
+
+const terminalTool = (args: Record<string, unknown>) => {
+  if (live === undefined) return Promise.reject(new Error("no terminal is shown"))
+  return callTool("terminal", { id: live.pid, computer_id: live.computer, ...args }, liveTimeoutMs)
+}
+const liveTerminal = new LiveTerminal(
+  { screen: byTestId("live-screen"), status: byTestId("live-status"), take: byTestId<HTMLButtonElement>("live-take"), release: byTestId<HTMLButtonElement>("live-release") },
+  {
+    take: async (cols, rows) => {
+      const { hold } = (await terminalTool({ action: "take", size: `${cols}x${rows}` })) as { hold?: unknown }
+      if (typeof hold !== "string") throw new Error("the server did not hand over the terminal")
+      return hold
+    },
+    keys: async (hold, keys) => void (await terminalTool({ action: "keys", hold, keys })),
+    resize: async (hold, cols, rows) => void (await terminalTool({ action: "resize", hold, size: `${cols}x${rows}` })),
+    release: async (hold) => void (await terminalTool({ action: "release", hold }))
+  },
+  (error) => {
+    if (!closed) showError(error)
+  }
+)
+
+const showLive = (pid: string | undefined) => {
+  const next = pid === undefined || selected === undefined ? undefined : { pid, computer: selected }
+  if (next?.pid === live?.pid && next?.computer === live?.computer) return
+  live = next
+  liveTerminal.restart()
+  void pollLive()
+}
+
+/** The running terminal processes of the selected computer, in the panel's picker. */
+const showLiveTargets = (view: ProcessesView) => {
+  const ttys = view.rows.filter((p) => p.tty && p.state === "running")
+  const current = ui.liveTarget.value
+  ui.liveTarget.textContent = ""
+  for (const p of ttys) {
+    const option = document.createElement("option")
+    option.value = p.id
+    option.textContent = `${p.id} · ${p.command}`
+    ui.liveTarget.append(option)
+  }
+  const keep = ttys.some((p) => p.id === current) ? current : live !== undefined && ttys.some((p) => p.id === live!.pid) ? live.pid : ttys[0]?.id
+  if (keep !== undefined) ui.liveTarget.value = keep
+  ui.liveEmpty.hidden = ttys.length > 0 || live !== undefined
+  ui.liveTarget.disabled = closed || ttys.length === 0
+  // A process that ended stays on screen (its last view says so) until another is picked, or another computer is.
+  if (keep !== undefined && keep !== live?.pid) showLive(keep)
+  else if (keep === undefined && live !== undefined && live.computer !== selected) showLive(undefined)
+}
+
+/** One view of the shown terminal: what it wrote since the cursor. Never two at once. */
+const pollLive = async () => {
+  if (closed || liveBusy || live === undefined || document.hidden) return
+  const shown = live
+  liveBusy = true
+  try {
+    const view = (await terminalTool({
+      action: "view",
+      ...(liveTerminal.cursor === undefined ? {} : { cursor: liveTerminal.cursor }),
+      ...(liveTerminal.hold === undefined ? {} : { hold: liveTerminal.hold })
+    })) as ViewJson
+    if (shown === live) liveTerminal.show(view)
+  } catch (error) {
+    // A lapsed hold: watch again.
+    if (liveTerminal.hold !== undefined && /do not hold it/.test(message(error))) liveTerminal.lost(error)
+    else if (!closed && shown === live) showError(error)
+  } finally {
+    liveBusy = false
+  }
+}
+
 // ---- host context and teardown ----
 const applyHostContext = (context: McpUiHostContext | undefined) => {
   if (context?.theme === "light" || context?.theme === "dark") applyDocumentTheme(context.theme)
@@ -240,6 +328,8 @@ const close = () => {
   closed = true
   if (timer !== undefined) clearInterval(timer)
   timer = undefined
+  if (liveTimer !== undefined) clearInterval(liveTimer)
+  liveTimer = undefined
   stopSizeReports?.()
   lifetime.abort(new Error("the dashboard was closed"))
   confirm.settle(false)
@@ -265,6 +355,7 @@ byTestId("refresh").addEventListener("click", () => {
   void refresh()
 })
 ui.target.addEventListener("change", () => select(ui.target.value))
+ui.liveTarget.addEventListener("change", () => showLive(ui.liveTarget.value))
 ui.run.addEventListener("click", () => void run())
 ui.command.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
@@ -298,6 +389,7 @@ app.connect(transport).then(
     timer = setInterval(() => {
       if (!document.hidden) void refresh()
     }, refreshMs)
+    liveTimer = setInterval(() => void pollLive(), livePollMs)
   },
   (error: unknown) => {
     setStatus("not connected")

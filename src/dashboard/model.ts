@@ -61,6 +61,8 @@ export interface ProcessView {
   readonly startedAt: string
   /** Why it ended, when the server says. */
   readonly reason: string | undefined
+  /** It runs in a terminal (the live terminal panel can show it). */
+  readonly tty: boolean
 }
 
 /** The processes pane: the rows shown, and how many more the server or the cap left out. */
@@ -175,7 +177,8 @@ const processRow = (value: unknown): ProcessView | undefined => {
     state: processState(text(p.status, ""), signal),
     exit: exitCode !== "" ? exitCode : signal,
     startedAt: text(p.createdAt, text(p.startedAt, "")),
-    reason: optionalText(p.reason)
+    reason: optionalText(p.reason),
+    tty: p.tty === true
   }
 }
 

@@ -10,14 +10,15 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { ProcessExited, Unsupported } from "../domain/Errors.js"
+import { AccessDenied, InvalidInput, ProcessExited, Unsupported } from "../domain/Errors.js"
 import { AuditLog } from "../services/AuditLog.js"
 import { Backend } from "../services/Backend.js"
 import { Computers } from "../services/Computers.js"
-import type { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../services/ProcessInputs.js"
-import { Processes, type ProgressReporter } from "../services/Processes.js"
+import type { ExecInput, KillInput, ListFilter, ProcessRef, ReadInput, SpawnInput, StdinInput, WaitInput } from "../services/ProcessInputs.js"
+import { type ProcessHandle, Processes, type ProgressReporter } from "../services/Processes.js"
 import { noteSubject } from "../services/Progress.js"
 import { Settings } from "../services/Settings.js"
+import { holdNote, TerminalHolds } from "../services/Terminals.js"
 import * as ComputerNews from "./processes/ComputerNews.js"
 import * as EgressRefusals from "./processes/EgressRefusals.js"
 import * as Exec from "./processes/Exec.js"
@@ -64,6 +65,13 @@ export const layer = Layer.scoped(
       table
     })
     const get = table.get
+    // A person who took over a terminal drives it alone (services/Terminals).
+    const holds = yield* Effect.serviceOption(TerminalHolds)
+    const heldBy = (process: ProcessHandle) =>
+      !process.tty || holds._tag === "None" ? Effect.succeed(undefined) : holds.value.current(process.id)
+    const heldNote = (process: ProcessHandle) =>
+      Effect.flatMap(heldBy(process), (hold) =>
+        hold === undefined ? Effect.succeed(undefined) : Effect.map(Clock.currentTimeMillis, (now) => holdNote(hold, now)))
 
     const budgetOf = (maxBytes: number | undefined) => maxBytes ?? settings.inlineBytes
 
@@ -167,6 +175,11 @@ export const layer = Layer.scoped(
           return yield* new Unsupported({ backend: backend.name, feature: "input to a running process (stdin)" })
         }
         const process = yield* get(session, input)
+        const hold = yield* heldBy(process)
+        if (hold !== undefined) {
+          const now = yield* Clock.currentTimeMillis
+          return yield* new AccessDenied({ what: `stdin of process '${process.id}'`, why: holdNote(hold, now) })
+        }
         const bytes = input.input ?? new Uint8Array(0)
         const cursors = yield* process.totals
         const since = yield* Clock.currentTimeMillis
@@ -196,7 +209,12 @@ export const layer = Layer.scoped(
           scrollback: input.scrollback
         })
         // What it was refused since it started: a read is how an agent looks back at a process.
-        return { ...stateOf(info), ...withoutRunning(output), ...EgressRefusals.field(yield* refused(info.computer_id, Date.parse(info.createdAt))) }
+        return {
+          ...stateOf(info),
+          ...withoutRunning(output),
+          ...EgressRefusals.field(yield* refused(info.computer_id, Date.parse(info.createdAt))),
+          ...notesOf([yield* heldNote(process)])
+        }
       })
 
     const kill = (session: string, input: KillInput) =>
@@ -263,12 +281,19 @@ export const layer = Layer.scoped(
           ...EgressRefusals.field(yield* refused(info.computer_id, began)),
           ...notesOf([
             outcome.reason === "timeout" ? budget.note : undefined,
-            outcome.reason === "timeout" && matcher ? patternNotSeen(process.id, now - began, info.tty) : undefined
+            outcome.reason === "timeout" && matcher ? patternNotSeen(process.id, now - began, info.tty) : undefined,
+            yield* heldNote(process)
           ])
         }
       })
 
-    return Processes.of({ spawn, exec, list, stdin, read, kill, wait })
+    const terminal = (session: string, ref: ProcessRef) =>
+      Effect.flatMap(get(session, ref), (process) =>
+        process.tty
+          ? Effect.succeed(process)
+          : Effect.fail(new InvalidInput({ message: `process '${process.id}' has no terminal (spawn it with tty=true)` })))
+
+    return Processes.of({ spawn, exec, list, stdin, read, kill, wait, terminal })
   })
 )
 

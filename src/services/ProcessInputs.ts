@@ -26,7 +26,7 @@ export const maxExecStdinBytes = 8 * 1024 * 1024
 /** A string that becomes a C string: no NUL (`name` says which in the message). */
 const CString = (name: string) => Schema.String.pipe(Schema.filter((value) => nulProblem(name, value)))
 
-const Int = (min: number, max?: number) =>
+export const Int = (min: number, max?: number) =>
   max === undefined
     ? Schema.Number.pipe(Schema.int(), Schema.greaterThanOrEqualTo(min))
     : Schema.Number.pipe(Schema.int(), Schema.between(min, max))

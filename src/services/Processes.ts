@@ -5,7 +5,7 @@ import * as Context from "effect/Context"
 import type { MailboxFull, ProcessError, ProcessExited, ProviderError, StdinClosed, Unsupported } from "../domain/Errors.js"
 import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions } from "../domain/Process.js"
 import type { ExitInfo } from "./Backend.js"
-import { decodeInput, ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "./ProcessInputs.js"
+import { decodeInput, ExecInput, type ProcessRef, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "./ProcessInputs.js"
 
 /** Live output as subscribers see it. */
 export type LiveOutput =
@@ -153,7 +153,10 @@ export interface StdinResult extends ProcessState, OutputFields {
   readonly eof?: true | undefined
 }
 
-export interface ReadResult extends ProcessState, OutputFields, Refusals {}
+export interface ReadResult extends ProcessState, OutputFields, Refusals {
+  /** A person holds this terminal (services/Terminals). */
+  readonly note?: string | undefined
+}
 
 export interface ListResult {
   readonly processes: ReadonlyArray<ProcessInfo>
@@ -175,6 +178,8 @@ export class Processes extends Context.Tag("kilntainers/services/Processes")<Pro
   readonly read: (session: string, input: ReadInput) => Effect.Effect<ReadResult, ProcessError>
   readonly kill: (session: string, input: KillInput) => Effect.Effect<KillResult, ProcessError>
   readonly wait: (session: string, input: WaitInput, progress?: ProgressReporter) => Effect.Effect<WaitResult, ProcessError>
+  /** The TTY process `ref` names, for a person's view of it (services/Terminals); InvalidInput when it has no terminal. */
+  readonly terminal: (session: string, ref: ProcessRef) => Effect.Effect<ProcessHandle, ProcessError>
 }>() {}
 
 /**

@@ -4,7 +4,7 @@
  * (test/e2e/dashboard.test.ts) covers the same with real frames; this one reaches the origin pin,
  * which a real page cannot exercise on its own (only the parent window can post as the parent).
  */
-import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js"
+import type { JSONRPCMessage } from "@modelcontextprotocol/client"
 import { afterEach, assert, beforeEach, describe, it } from "vitest"
 import { HostTransport } from "../../src/dashboard/HostTransport.js"
 

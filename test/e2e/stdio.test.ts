@@ -24,6 +24,7 @@ const toolNames = [
   "spawn",
   "stdin",
   "stdout",
+  "terminal",
   "wait"
 ]
 

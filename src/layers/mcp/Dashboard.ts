@@ -29,17 +29,21 @@ export class DashboardNotBuilt extends Schema.TaggedError<DashboardNotBuilt>()("
 }
 
 /**
- * Where the built page is: `dist/src/dashboard/` beside this module's compiled form
+ * Where a built page is: `dist/src/dashboard/` beside this module's compiled form
  * (`dist/src/layers/mcp/Dashboard.js`); from the sources (`src/layers/mcp/Dashboard.ts`, under
  * vitest) the same file of the checkout's build.
  */
-const candidates = [
-  fileURLToPath(new URL("../../dashboard/dashboard.html", import.meta.url)),
+const candidates = (file: string) => [
+  fileURLToPath(new URL(`../../dashboard/${file}`, import.meta.url)),
   // The installed package, whichever file this code was bundled into (dist/bin).
-  inPackage("dist", "src", "dashboard", "dashboard.html")
+  inPackage("dist", "src", "dashboard", file)
 ].filter((path): path is string => path !== undefined)
 
-/** The page: the first candidate that exists. */
-export const page: Effect.Effect<string, DashboardNotBuilt> = Effect.firstSuccessOf(
-  candidates.map((path) => Effect.tryPromise(() => readFile(path, "utf8")))
-).pipe(Effect.mapError(() => new DashboardNotBuilt({ path: candidates[0]! })))
+/** A page `npm run build` made (`dashboard.html`, `terminal.html`): the first candidate that exists. */
+export const builtPage = (file: string): Effect.Effect<string, DashboardNotBuilt> =>
+  Effect.firstSuccessOf(candidates(file).map((path) => Effect.tryPromise(() => readFile(path, "utf8")))).pipe(
+    Effect.mapError(() => new DashboardNotBuilt({ path: candidates(file)[0]! }))
+  )
+
+/** The app's page. */
+export const page: Effect.Effect<string, DashboardNotBuilt> = builtPage("dashboard.html")

@@ -14,6 +14,7 @@ import type { Files } from "../../services/Files.js"
 import type { Previews } from "../../services/Previews.js"
 import type { Processes } from "../../services/Processes.js"
 import { Settings } from "../../services/Settings.js"
+import type { Terminals } from "../../services/Terminals.js"
 import * as BearerAuth from "./BearerAuth.js"
 import * as BodyBudget from "./BodyBudget.js"
 import * as Dashboard from "./Dashboard.js"
@@ -24,6 +25,9 @@ import { buildServer, makeParts, ready, releaseSession, serve, serverInfo } from
 import * as OriginGuard from "./OriginGuard.js"
 import * as SessionLeases from "./SessionLeases.js"
 import * as Tasks from "./Tasks.js"
+import * as TerminalPage from "./TerminalPage.js"
+import { TerminalLinks } from "../../services/TerminalLinks.js"
+import * as Links from "../terminal/TerminalLinks.js"
 
 export { isLoopback } from "./OriginGuard.js"
 export { tokenMatches } from "./BearerAuth.js"
@@ -92,7 +96,7 @@ export const serveHttp = (options: HttpOptions) =>
           `this server authenticates`
       })
     }
-    const context = yield* Effect.context<Processes | Computers | Files | Previews | Settings>()
+    const context = yield* Effect.context<Processes | Computers | Files | Previews | Terminals | Settings>()
     const node = createServer()
     // Idle keep-alive connections are closed by the client, not by us: Node's 5 s default let a busy
     // server close a connection just as a client (undici keeps them 4 s) sent the next request on
@@ -103,11 +107,16 @@ export const serveHttp = (options: HttpOptions) =>
     )
     // Runs before the listener's own close: open streams end, so that close() can return.
     yield* Effect.addFinalizer(() => Effect.sync(() => node.closeAllConnections()))
+    const port = server.address._tag === "TcpAddress" ? server.address.port : options.port
+    // The terminal page's links name the address this server listens on (a wildcard: this machine).
+    const linkHost = options.host === "0.0.0.0" || options.host === "::" ? "localhost" : options.host
+    const links = Links.make(`http://${linkHost.includes(":") ? `[${linkHost}]` : linkHost}:${port}/terminal`)
+    const withLinks = Effect.provideService(TerminalLinks, links)
     const sessions = yield* HttpSessions.make({
       idleTimeout: Duration.millis(options.sessionTimeoutMs),
       maxSessions: options.maxSessions,
       maxSessionsPerPrincipal: options.maxSessionsPerPrincipal ?? options.maxSessions,
-      serve: (transport, id, onConnected) => serve(Context.get(context, Settings), ready(context), transport, id, onConnected)
+      serve: (transport, id, onConnected) => withLinks(serve(Context.get(context, Settings), ready(context), transport, id, onConnected))
     })
 
     // 2026-07-28: a server instance per request, its session from the principal and the client's key.
@@ -118,7 +127,7 @@ export const serveHttp = (options: HttpOptions) =>
       release: (session) => releaseSession(services, session)
     })
     const tasks = yield* Tasks.make(Tasks.defaults)
-    const parts = yield* makeParts(Context.get(context, Settings), services, tasks)
+    const parts = yield* withLinks(makeParts(Context.get(context, Settings), services, tasks))
     const principalOf = (ctx: ServerContext) => ctx.http?.authInfo?.clientId ?? BearerAuth.anonymous
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const maxBodyBytes = options.maxBodyBytes ?? maxMessageBytes
@@ -137,7 +146,9 @@ export const serveHttp = (options: HttpOptions) =>
 
     const budget = BodyBudget.make(options.bodyMemory ?? defaultBodyMemory)
     const mcp = McpEndpoint.handler(sessions, modern, budget, maxBodyBytes)
+    const terminalRoutes = yield* TerminalPage.routes(links)
     const router = HttpRouter.empty.pipe(
+      terminalRoutes,
       HttpRouter.get("/healthz", HttpServerResponse.unsafeJson({ status: "ok" })),
       HttpRouter.get(
         "/",
@@ -146,6 +157,7 @@ export const serveHttp = (options: HttpOptions) =>
           version: serverInfo.version,
           mcp_endpoint: "/mcp",
           dashboard_resource: Dashboard.resourceUri,
+          terminal_page: "/terminal (with a link from the terminal tool)",
           health: "/healthz"
         })
       ),
@@ -161,7 +173,6 @@ export const serveHttp = (options: HttpOptions) =>
     // `_meta` (one HTTP request may carry several MCP messages), not of the HTTP request.
     yield* server.serve(app).pipe(HttpMiddleware.withTracerDisabledWhenEffect(() => true))
 
-    const port = server.address._tag === "TcpAddress" ? server.address.port : options.port
     yield* Effect.logInfo(
       `MCP over HTTP at http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}/mcp` +
         (tokens.length === 0 ? " (no auth)" : tokens.length === 1 ? " (bearer auth)" : ` (bearer auth, ${tokens.length} principals)`)

@@ -36,6 +36,7 @@ import * as ProcessTools from "./ProcessTools.js"
 import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
 import * as TaskMethods from "./TaskMethods.js"
+import * as TerminalTool from "./TerminalTool.js"
 import * as Tasks from "./Tasks.js"
 import { type Caller, callTool, type Catalogue, type Run, type TaskCreated, type ToolServices } from "./ToolCall.js"
 
@@ -106,7 +107,8 @@ const catalogue = (settings: SettingsShape): Catalogue => {
     ...ProcessTools.make(settings),
     ...ComputerTools.make(),
     ...CheckpointTools.make(),
-    ...PreviewTools.make()
+    ...PreviewTools.make(),
+    ...TerminalTool.make()
   ]
   const inputSchemas = new Map(tools.map((tool) => [tool.name, Tool.jsonSchema(tool.input)]))
   const made: Catalogue = {

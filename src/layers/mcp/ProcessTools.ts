@@ -67,7 +67,7 @@ const Output = {
     "TTY: the terminal (cursor, size, alternate screen of a full-screen app)"
   ))
 }
-const Note = Schema.optional(Text("Something to know about this call (a capped wait, a pattern not seen)"))
+const Note = Schema.optional(Text("Something to know about this call (a capped wait, a pattern not seen, a person driving the terminal)"))
 const Refused = Schema.optional(described(
   Schema.Array(Schema.Struct({ host: Schema.String, port: Schema.Number, reason: Text("Why, and the --allow-host that would allow it") })),
   "Network requests of this computer the egress allowlist refused during the call (stdout: since the process started)"
@@ -137,7 +137,7 @@ export const make = (settings: SettingsShape) => [
     description: "A process's output: the last lines (default 100), or from cursors (an earlier result's next). A " +
       "terminal: its screen (scrollback=true: and above).",
     input: ReadInput,
-    output: Schema.Struct({ ...State, ...Output, egress_refused: Refused }),
+    output: Schema.Struct({ ...State, ...Output, egress_refused: Refused, note: Note }),
     annotations: Tool.annotations("Read output", true, false, true),
     handle: calling((processes) => processes.read)
   }),

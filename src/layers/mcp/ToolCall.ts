@@ -17,13 +17,14 @@ import type { Previews } from "../../services/Previews.js"
 import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
+import type { Terminals } from "../../services/Terminals.js"
 import * as ArgumentErrors from "../../domain/ArgumentErrors.js"
 import { type Tasks, taskTools } from "./Tasks.js"
 import type * as Tool from "./Tool.js"
 import * as ToolCallSpan from "./ToolCallSpan.js"
 
 /** What tool calls use: the runtime's services over the backend. */
-export type ToolServices = Processes | Computers | Files | Previews
+export type ToolServices = Processes | Computers | Files | Previews | Terminals
 
 /** The tools of one server and what tools/list says of them. */
 export interface Catalogue {

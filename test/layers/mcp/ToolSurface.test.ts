@@ -11,7 +11,7 @@ import { connectInProcess } from "../../support/InProcessMcp.js"
 /** The budget of issue 23: the input part of tools/list for its fifteen tools, as JSON, in bytes. */
 const BUDGET = 8 * 1024
 /** Tools added since, each with its own budget: what they add to every conversation is counted apart. */
-const ADDED: Readonly<Record<string, number>> = { computer_checkpoint: 700, computer_expose: 600, computer_unexpose: 350 }
+const ADDED: Readonly<Record<string, number>> = { computer_checkpoint: 700, computer_expose: 600, computer_unexpose: 350, terminal: 700 }
 
 type Listed = Awaited<ReturnType<Awaited<ReturnType<typeof connectInProcess>>["client"]["listTools"]>>["tools"][number]
 
@@ -51,7 +51,10 @@ const facts: ReadonlyArray<readonly [string, string, RegExp]> = [
   ["computer_checkpoint", "how long a checkpoint lives", /end with this session/],
   ["computer_expose", "that the computer needs no network", /no network/],
   ["computer_expose", "that a preview expires", /[Ee]xpires/],
-  ["computer_unexpose", "what it takes", /preview_id or URL/]
+  ["computer_unexpose", "what it takes", /preview_id or URL/],
+  ["terminal", "how a person sees a terminal", /action=link/],
+  ["terminal", "that a link expires", /expiring after minutes/],
+  ["terminal", "what a person's take-over does to stdin", /your stdin waits/]
 ]
 
 describe("the tool surface", () => {

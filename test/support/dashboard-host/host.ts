@@ -9,7 +9,7 @@
  * `computer_dashboard` result goes to the app once it has sent `ui/notifications/initialized`.
  */
 import { AppBridge, getToolUiResourceUri, PostMessageTransport, RESOURCE_MIME_TYPE } from "@modelcontextprotocol/ext-apps/app-bridge"
-import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js"
+import type { CallToolResult, Tool } from "@modelcontextprotocol/client"
 
 export interface DashboardHost {
   readonly bridge: AppBridge
