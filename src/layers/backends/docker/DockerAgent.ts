@@ -80,9 +80,10 @@ export const asProviderError = (backend: string, operation: string) => (error: {
 
 /**
  * Copies the agent into the container and starts it; the agent (and every process it started)
- * ends with the Scope, and also when this server goes away (its stdin closes). The agent keeps the
- * container's capabilities for its processes (root inside must still run apt and dpkg), and adds its
- * seccomp filter and no_new_privs. `onLost` hears of the agent's death other than through the Scope.
+ * ends with the Scope, and also when this server goes away (its stdin closes). As the guest user
+ * (`user`) it holds no capabilities; as root (the image's user, or --user=0) it keeps the container's
+ * for its processes (root inside must still run apt and dpkg). It adds its seccomp filter and
+ * no_new_privs. `onLost` hears of the agent's death other than through the Scope.
  */
 export const start = (
   engine: Engine,
@@ -92,6 +93,8 @@ export const start = (
     readonly onLost?: (reason: string) => void
     readonly relayPort?: number | undefined
     readonly relay?: RelayListener | undefined
+    /** The user ("uid:gid") the agent and its processes run as; undefined: the container's (root). */
+    readonly user?: string | undefined
     /** The computer can write host files: no setuid/setgid modes (the agent's --no-setid-files). */
     readonly noSetidFiles?: boolean | undefined
   } = {}
@@ -107,8 +110,10 @@ export const start = (
     const relayArgs = options.relayPort === undefined ? [] : ["--relay-port", String(options.relayPort)]
     const exec = yield* engine.call("create the exec of the agent", (signal) =>
       container.exec({
-        Cmd: [AGENT_PATH, "--no-parent", "--caps", "keep", ...(options.noSetidFiles === true ? ["--no-setid-files"] : []), ...relayArgs],
+        // As the guest user, nothing of root's capabilities stays (Podman would make them ambient).
+        Cmd: [AGENT_PATH, "--no-parent", "--caps", options.user === undefined ? "keep" : "drop", ...(options.noSetidFiles === true ? ["--no-setid-files"] : []), ...relayArgs],
         Env: [`PATH=${PATH}`],
+        ...(options.user === undefined ? {} : { User: options.user }),
         WorkingDir: "/",
         AttachStdin: true,
         AttachStdout: true,

@@ -35,6 +35,7 @@ import * as DockerCheckpoints from "./DockerCheckpoints.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
+import * as DockerGuest from "./DockerGuest.js"
 import * as DockerImage from "./DockerImage.js"
 import * as DockerMounts from "./DockerMounts.js"
 import { sharesMounts } from "./EngineNamespace.js"
@@ -208,7 +209,8 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
         agentRefused: new Map(),
         relay: options.relay,
         egress: options.egress,
-        writesHostFiles: writesHostFiles(options, settings.flags)
+        writesHostFiles: writesHostFiles(options, settings.flags),
+        guest: DockerGuest.idsFor(options.filesystem?.mounts ?? [], settings.flags)
       }),
       restart: containers.restart,
       remove: containers.remove,

@@ -17,7 +17,7 @@ const KILL_SCRIPT = [
 ].join("\n")
 
 /** Everything a short exec wrote (stdout and stderr, multiplexed; the headers are dropped below). */
-const drain = (stream: NodeJS.ReadableStream) =>
+export const drain = (stream: NodeJS.ReadableStream) =>
   new Promise<string>((resolve, reject) => {
     const chunks: Array<Buffer> = []
     stream.on("data", (chunk: Buffer) => chunks.push(chunk))
