@@ -6,7 +6,7 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import { spawnSync } from "node:child_process"
-import { chownSync, existsSync, mkdtempSync, readFileSync } from "node:fs"
+import { chownSync, existsSync, mkdtempSync, readFileSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { COMPUTER_IMAGE, engineWorks, removeOurContainersOn } from "../support/Docker.js"
@@ -213,6 +213,11 @@ for (const backend of backends) {
       assert.include(server.stderr(), `state ${server.stateDir}`)
     }, 60_000)
 
+    it("item 9: the guest is agent, uid 1000, home /home/agent, not root", async () => {
+      const who = await exec(server, "id -un; id -u; id -g; echo $HOME; cd && pwd")
+      assert.strictEqual(who.stdout, "agent\n1000\n1000\n/home/agent\n/home/agent\n", who.stderr)
+    }, 60_000)
+
     describe("a mounted project (--mount DIR:/home/agent/app --workdir /home/agent/app)", () => {
       let project: string
       let mounted: Harness
@@ -238,6 +243,20 @@ for (const backend of backends) {
         const home = await mounted.call("file_write", { path: "/home/agent/elsewhere.txt", content: "x" })
         assert.isFalse(home.isError, home.text)
         assert.isFalse(existsSync(join(project, "elsewhere.txt")))
+      }, 120_000)
+
+      it("item 9: the same user and home as without a mount, and what it writes there belongs on the host to the directory's owner", async () => {
+        const who = await exec(mounted, "id -un; echo $HOME; echo made > made.txt; mkdir -p sub && touch sub/inner")
+        assert.strictEqual(who.stdout, "agent\n/home/agent\n", who.stderr)
+        const written = await mounted.call("file_write", { path: "written.txt", content: "x" })
+        assert.isFalse(written.isError, written.text)
+        for (const file of ["made.txt", "sub", "sub/inner", "written.txt"]) {
+          const stat = statSync(join(project, file))
+          assert.deepStrictEqual([stat.uid, stat.gid], [OWNER, OWNER], file)
+        }
+        // Inside, they are agent's: the guest owns its project.
+        const inside = await exec(mounted, "stat -c '%U %G' made.txt written.txt")
+        assert.strictEqual(inside.stdout, "agent agent\nagent agent\n")
       }, 120_000)
     })
   })

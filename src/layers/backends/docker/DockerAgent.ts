@@ -13,6 +13,10 @@
  * agent lives as long as its container; a temporary one's ends with the exec that started it (the
  * server that owns it). A container of an older version (no key label) gets an agent bound to this
  * server, under a key only it knows.
+ *
+ * The daemon runs as the guest user `agent` (DockerGuest.ts; no capabilities) unless the computer
+ * keeps the image's user; the connector runs as the container's user (root in most images, which
+ * reaches the socket whoever made it, an agent started by an older server too).
  */
 import type Docker from "dockerode"
 import * as Effect from "effect/Effect"
@@ -31,7 +35,7 @@ import { archive } from "./Ustar.js"
 /** Where the agent lives inside the container. */
 export const AGENT_DIR = "/.kilntainers"
 export const AGENT_PATH = `${AGENT_DIR}/kt-agent`
-/** Its socket and store (made by the agent, as the container's user, in this sticky directory). */
+/** Its socket and store (made by the agent, as the guest or the container's user, in this sticky directory). */
 const RUN_DIR = `${AGENT_DIR}/run`
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 /** Exit status of a start that found the container's agent already running. */
@@ -41,7 +45,7 @@ const ALREADY_RUNNING = 3
 export const agentArchive = (binary: Buffer): Buffer =>
   archive([
     { name: `${AGENT_DIR.slice(1)}/`, mode: 0o755 },
-    // Sticky and open to all like /tmp: the agent runs as the container's user, whoever that is.
+    // Sticky and open to all like /tmp: the agent runs as the guest user or the container's, whoever that is.
     { name: `${RUN_DIR.slice(1)}/`, mode: 0o1777 },
     { name: AGENT_PATH.slice(1), mode: 0o755, data: binary }
   ])
@@ -58,14 +62,18 @@ export const asProviderError = (backend: string, operation: string) => (error: {
 /** The socket of an agent: the computer's own, or one bound to this server (a container without a key label). */
 const socketOf = (key: string, shared: boolean) => (shared ? `${RUN_DIR}/agent.sock` : `${RUN_DIR}/agent-${key.slice(0, 16)}.sock`)
 
-/** An exec in the container with its stdio attached: the hijacked stream, split into stdout and stderr. */
-const attachedExec = (engine: Engine, containerId: string, cmd: ReadonlyArray<string>) =>
+/**
+ * An exec in the container with its stdio attached: the hijacked stream, split into stdout and
+ * stderr. `user` ("uid:gid"): who runs it; undefined: the container's user.
+ */
+const attachedExec = (engine: Engine, containerId: string, cmd: ReadonlyArray<string>, user?: string) =>
   Effect.gen(function*() {
     // Engine calls: each bounded in time (a hung engine is a Timeout, not a computer that never starts).
     const exec = yield* engine.call("create the exec of the agent", (signal) =>
       engine.docker.getContainer(containerId).exec({
         Cmd: [...cmd],
         Env: [`PATH=${PATH}`],
+        ...(user === undefined ? {} : { User: user }),
         WorkingDir: "/",
         AttachStdin: true,
         AttachStdout: true,
@@ -96,6 +104,11 @@ export interface AgentStart {
   readonly key: string | undefined
   /** Ends with this server (a temporary computer). */
   readonly bound: boolean
+  /**
+   * Who the agent and so its processes are ("uid:gid", the guest user of DockerGuest.ts); undefined:
+   * the container's user (root in most images). An agent already running keeps whom it was started as.
+   */
+  readonly user?: string | undefined
   readonly args: ReadonlyArray<string>
 }
 
@@ -122,10 +135,12 @@ const startDaemon = (
       "--listen", socket,
       "--store", `${socket.replace(/\.sock$/, "")}.store`,
       "--no-parent",
-      "--caps", "keep",
+      // As the guest user, nothing of root's capabilities stays (Podman would make them ambient); as
+      // root it keeps the container's for its processes (root inside must still run apt and dpkg).
+      "--caps", start.user === undefined ? "keep" : "drop",
       ...(bound ? ["--bound"] : []),
       ...start.args
-    ])
+    ], start.user)
     exec.stream.write(`${key}\n`)
     if (bound) yield* Effect.addFinalizer(() => Effect.sync(() => exec.stream.destroy()))
     // "ready" on stdout once it accepts connections; an agent already there exits with status 3.

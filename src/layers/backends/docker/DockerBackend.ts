@@ -35,6 +35,7 @@ import * as DockerCheckpoints from "./DockerCheckpoints.js"
 import * as DockerConnection from "./DockerConnection.js"
 import * as DockerContainers from "./DockerContainers.js"
 import * as DockerEngine from "./DockerEngine.js"
+import * as DockerGuest from "./DockerGuest.js"
 import * as DockerImage from "./DockerImage.js"
 import * as DockerMounts from "./DockerMounts.js"
 import { sharesMounts } from "./EngineNamespace.js"
@@ -216,7 +217,8 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
         agentArgs: [
           ...(options.retainBytes === undefined ? [] : ["--retain", String(options.retainBytes)]),
           ...(options.maxFinished === undefined ? [] : ["--max-finished", String(options.maxFinished)])
-        ]
+        ],
+        guest: DockerGuest.idsFor(options.filesystem?.mounts ?? [], settings.flags)
       }),
       restart: containers.restart,
       remove: containers.remove,

@@ -1,7 +1,8 @@
 /**
  * A connection to a running container: where its processes start, and how its loss is noticed.
  *
- * Processes run through the container's kt-agent (DockerAgent.ts), pipes and terminals alike: one
+ * Processes run as the guest user `agent` (DockerGuest.ts, made so by a root step before the agent
+ * starts) through the container's kt-agent (DockerAgent.ts), pipes and terminals alike: one
  * engine exec per connection (the connector), then a fork+exec per process; the agent holds each
  * process, its record and its output (`held`), keeps each process tree together (SIGKILL ends all
  * of it) and adds no_new_privs and its seccomp filter. Where the agent cannot run (another
@@ -32,6 +33,7 @@ import { type Containers, containerName, HOME } from "./DockerContainers.js"
 import type { Engine } from "./DockerEngine.js"
 import * as DockerEvents from "./DockerEvents.js"
 import * as DockerExec from "./DockerExec.js"
+import * as DockerGuest from "./DockerGuest.js"
 import * as DockerTrust from "./DockerTrust.js"
 
 /** What connections of one backend share. */
@@ -55,6 +57,8 @@ export interface ConnectionContext {
    * and a container without the agent gets no processes at all (nothing else would refuse them).
    */
   readonly writesHostFiles?: boolean | undefined
+  /** The ids of the guest user `agent` (DockerGuest.ts); undefined: the image's own user. */
+  readonly guest?: DockerGuest.GuestIds | undefined
 }
 
 /**
@@ -78,7 +82,7 @@ const withoutAgent = (context: ConnectionContext, instance: Instance, why: strin
     ))
 
 /** The agent of a connection, started in its own child scope so that a failed start leaves nothing behind. */
-const startAgent = (context: ConnectionContext, instance: Instance, onLost: (reason: string) => void) =>
+const startAgent = (context: ConnectionContext, instance: Instance, user: string | undefined, onLost: (reason: string) => void) =>
   Effect.gen(function*() {
     const { engine, binaries, agentRefused, relay } = context
     if (context.agentInvalid !== undefined) {
@@ -103,6 +107,7 @@ const startAgent = (context: ConnectionContext, instance: Instance, onLost: (rea
       return yield* DockerAgent.open(engine, instance.providerId, binaries.value, {
         key: state.value.agentKey,
         bound: instance.metadata.temporary,
+        user,
         args: [
           ...(context.writesHostFiles === true ? ["--no-setid-files"] : []),
           ...(relay === undefined ? [] : ["--relay-port", String(relay.port)]),
@@ -151,7 +156,12 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
 
     const since = yield* Clock.currentTimeMillis
     if (context.egress !== undefined) yield* DockerTrust.install(engine, instance.providerId, instance.metadata.id, context.egress)
-    const agent = yield* startAgent(context, instance, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))
+    // Root steps first (the bundle, the user), then every process as the guest. An adopted container
+    // (--docker-container) is the user's own: its users are left as they are.
+    const user = context.guest === undefined || instance.metadata.external === true
+      ? undefined
+      : yield* DockerGuest.prepare(engine, instance.providerId, instance.metadata.id, context.guest)
+    const agent = yield* startAgent(context, instance, user, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))
     // Followed once the agent runs (off the path to the first process), from before it started.
     yield* DockerEvents.watch(engine, containers, instance.providerId, name, since).pipe(
       Effect.flatMap(markLost),
@@ -174,7 +184,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
       Effect.forkScoped
     )
 
-    const host: DockerExec.ExecHost = { engine, providerId: instance.providerId, current: () => open && gone === undefined }
+    const host: DockerExec.ExecHost = { engine, providerId: instance.providerId, user, current: () => open && gone === undefined }
     const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
       Effect.suspend(() => {
         if (gone !== undefined) {

@@ -24,9 +24,10 @@
  *     PID 1 is a shell loop that reaps instead (`wait` reaps every child, adopted orphans included).
  *   - the container's main process is `sleep infinity` (kept alive under init); the hostname is the
  *     computer id it was created for.
- *   - processes run as root (the image's user unless --docker-run-flag --user) with HOME and working
- *     directory /home/agent, created by the engine at container creation (WorkingDir). A non-root
- *     --user gets no capabilities beyond its own --cap-add (on Podman they would be ambient).
+ *   - the container's user is the image's (root) unless --docker-run-flag --user; its processes run
+ *     as the guest user `agent` (DockerGuest.ts, through the connection's execs) with HOME and
+ *     working directory /home/agent, created by the engine at container creation (WorkingDir). A
+ *     non-root --user gets no capabilities beyond its own --cap-add (on Podman they would be ambient).
  */
 import type Docker from "dockerode"
 import * as Clock from "effect/Clock"

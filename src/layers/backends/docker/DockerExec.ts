@@ -79,6 +79,8 @@ const startupReason = (text: string, code: number | null) => {
 export interface ExecHost {
   readonly engine: Engine
   readonly providerId: string
+  /** The user ("uid:gid") processes run as (DockerGuest.ts); undefined: the container's. */
+  readonly user?: string | undefined
   /** False once the connection is gone (the container lost or closed): its pids mean nothing now. */
   readonly current: () => boolean
 }
@@ -99,6 +101,7 @@ export const spawn = (host: ExecHost, spec: SpawnSpec): Effect.Effect<BackendPro
       engine.docker.getContainer(host.providerId).exec({
         Cmd: wrapperArgv(spec, env),
         Env: [],
+        ...(host.user === undefined ? {} : { User: host.user }),
         WorkingDir: spec.cwd,
         AttachStdin: true,
         AttachStdout: true,

@@ -19,9 +19,9 @@
  *     no longer match refuses to start (factory reset makes it afresh). What remains is the moment
  *     between that check and the engine's own walk (README, Security).
  *
- * Named volumes (DOCKER_VOLUME) are the engine's and are bound by name. Ownership is Docker's:
- * processes run as the image's user, and what they create in a bind mount belongs on disk to that
- * uid; run them as the directory's owner with `--docker-run-flag=--user=UID:GID`.
+ * Named volumes (DOCKER_VOLUME) are the engine's and are bound by name. What processes create in a
+ * bind mount belongs on disk to their uid: the guest `agent` has the first writable directory's
+ * owner's (DockerGuest.ts).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"

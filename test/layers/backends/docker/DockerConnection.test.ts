@@ -43,6 +43,13 @@ const watchLost = (connection: Connection) =>
   })
 
 describeIf(dockerWorks, requirement())("a Docker connection", () => {
+  it.scopedLive("--docker-run-flag --user=0 keeps the old root guest, for apt-get install", () =>
+    Effect.gen(function*() {
+      const backend = yield* DockerBackend.make({ ...testOptions(), runFlags: ["--user=0"] })
+      const { connection } = yield* dockerComputer(backend, testMetadata(computerId("root")))
+      assert.strictEqual((yield* sh(connection, "id -un; id -u")).stdout, "root\n0\n")
+    }))
+
   it.scopedLive("runs processes: exit code, stdout, stderr, exact environment, working directory", () =>
     Effect.gen(function*() {
       const { connection } = yield* connected("basic")
@@ -51,8 +58,13 @@ describeIf(dockerWorks, requirement())("a Docker connection", () => {
       assert.deepStrictEqual(result, { stdout: "out\n", stderr: "err\n", exit: { exitCode: 3, signal: null } })
       const env = yield* run(connection, ["env"], { env: { PATH: "/usr/bin:/bin", ONLY: "this" } })
       assert.strictEqual(env.stdout, "PATH=/usr/bin:/bin\nONLY=this\n")
-      const pwd = yield* run(connection, ["sh", "-c", "pwd; id -u; echo $HOME"], { env: { ...PATH_ENV, HOME: DockerBackend.HOME } })
-      assert.strictEqual(pwd.stdout, "/home/agent\n0\n/home/agent\n")
+      // The guest user, as on host (DockerGuest.ts): made by the root step even though the test image has no `agent`.
+      const pwd = yield* run(connection, ["sh", "-c", "pwd; id -un; id -u; id -g; echo $HOME; stat -c %U /home/agent"], {
+        env: { ...PATH_ENV, HOME: DockerBackend.HOME }
+      })
+      assert.strictEqual(pwd.stdout, "/home/agent\nagent\n1000\n1000\n/home/agent\nagent\n")
+      // Nothing of root's capabilities stays with it.
+      assert.match((yield* sh(connection, "grep CapEff /proc/self/status")).stdout, /^CapEff:\s+0+\n$/)
       assert.strictEqual((yield* run(connection, ["pwd"], { cwd: "/tmp" })).stdout, "/tmp\n")
       const missing = yield* Effect.flip(Effect.scoped(connection.spawn(spec(["no-such-command"]))))
       assert.strictEqual(missing._tag, "SpawnFailed")

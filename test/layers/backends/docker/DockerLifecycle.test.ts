@@ -83,13 +83,13 @@ describeIf(dockerWorks, requirement())("Docker lifecycles through the kernel", (
       const { computers, processes } = yield* server()
       const computer = yield* computers.create("s", { computer_id: computerId("restart") })
       const before = yield* computer.providerId
-      yield* processes.exec("s", { command: "echo sys > /etc/kt-marker", computer_id: computer.id })
+      yield* processes.exec("s", { command: "echo sys > /home/agent/kt-marker", computer_id: computer.id })
       yield* computers.restart("s", computer.id)
       yield* Effect.sleep("1 second")
       const listed = (yield* computers.list("s")).find((c) => c.computer_id === computer.id)
       assert.strictEqual(listed?.state, "running")
       assert.strictEqual(yield* computer.providerId, before)
-      assert.strictEqual((yield* processes.exec("s", { command: "cat /etc/kt-marker", computer_id: computer.id })).stdout, "sys\n")
+      assert.strictEqual((yield* processes.exec("s", { command: "cat /home/agent/kt-marker", computer_id: computer.id })).stdout, "sys\n")
     }))
 
   it.live("factory reset recreates from the image recorded on the container, not the current --image", () =>

@@ -175,7 +175,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
       assert.deepStrictEqual(yield* backend.find({ id }), [])
     }))
 
-  it.scopedLive("a container carries the computer's metadata as labels, and the hardening; apt/dpkg still work as root", () =>
+  it.scopedLive("a container carries the computer's metadata as labels, and the hardening; apt/dpkg work as root with --user=0", () =>
     Effect.gen(function*() {
       const backend = yield* provider()
       const id = computerId("labels")
@@ -224,8 +224,14 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
       // CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, FSETID 4, KILL 5, SETGID 6, SETUID 7: nothing else can ever be had.
       assert.include(caps.stdout, "CapBnd:\t00000000000000fb")
 
-      // A package with files, a maintainer script that adds a user and chowns: what apt/dpkg need.
-      const deb = yield* sh(connection, [
+      // The guest is agent and holds no capability; the bounding set is what root (--user=0) gets.
+      assert.strictEqual((yield* sh(connection, "id -un")).stdout, "agent\n")
+      assert.include(caps.stdout, "CapEff:\t0000000000000000")
+
+      // A package with files, a maintainer script that adds a user and chowns: what apt/dpkg need,
+      // as root (--docker-run-flag --user=0: the old guest).
+      const asRoot = yield* dockerComputer(yield* provider({ runFlags: ["--user=0"] }), testMetadata(computerId("labels-root")))
+      const deb = yield* sh(asRoot.connection, [
         "set -e; mkdir -p /tmp/p/DEBIAN /tmp/p/usr/share/ktdemo; echo hi > /tmp/p/usr/share/ktdemo/f",
         "printf 'Package: ktdemo\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: x <x@y>\\nDescription: demo\\n' > /tmp/p/DEBIAN/control",
         "printf '#!/bin/sh\\nuseradd -r ktdemo && chown ktdemo /usr/share/ktdemo/f\\n' > /tmp/p/DEBIAN/postinst",
@@ -277,7 +283,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
     Effect.gen(function*() {
       const backend = yield* provider()
       const { connection, instance } = yield* dockerComputer(backend, testMetadata(computerId("start"), { temporary: false }))
-      yield* sh(connection, "echo kept > /etc/kt-marker")
+      yield* sh(connection, "echo kept > /home/agent/kt-marker")
       yield* Effect.promise(() => docker().getContainer(instance.providerId).stop({ t: 1 }))
       const stopped = (yield* backend.find({ id: instance.metadata.id }))[0]!
       assert.strictEqual(stopped.state, "stopped")
@@ -292,7 +298,7 @@ describeIf(dockerWorks, requirement())("the Docker provider", () => {
 
       const restarted = yield* backend.restart(instance)
       assert.strictEqual(restarted.providerId, instance.providerId)
-      const after = yield* Effect.scoped(Effect.flatMap(backend.connect(restarted), (c) => sh(c, "cat /etc/kt-marker")))
+      const after = yield* Effect.scoped(Effect.flatMap(backend.connect(restarted), (c) => sh(c, "cat /home/agent/kt-marker")))
       assert.strictEqual(after.stdout, "kept\n")
 
       yield* backend.remove(instance)
