@@ -183,8 +183,8 @@ describe("tool results an agent can live on", () => {
     Effect.gen(function*() {
       const { call } = yield* connected()
       const listed = yield* call("computer_list", {})
-      // The scripted backend: no pty, files, network control, checkpoints or previews.
-      assert.deepStrictEqual(listed.json.unsupported, ["pty", "files", "networkControl", "checkpoints", "previews"])
+      // The scripted backend: no pty, held processes, files, network control, checkpoints or previews.
+      assert.deepStrictEqual(listed.json.unsupported, ["pty", "heldProcesses", "files", "networkControl", "checkpoints", "previews"])
       const created = yield* call("computer_create", {})
       const refused = yield* call("computer_checkpoint", { computer_id: created.json.computer_id })
       assert.isTrue(refused.isError)
