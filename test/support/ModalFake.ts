@@ -15,6 +15,7 @@
  *   sandboxes (ALREADY_EXISTS); timeouts ≤ 24 h; tags; `SandboxList` pages by `before_timestamp`;
  *   `SandboxWait` is a long poll; results are TERMINATED (137), TIMEOUT (124) or the exit code;
  * - scheduling: `schedulingDelayMs` keeps a new sandbox pending (no task) that long;
+ * - tunnels: `SandboxGetTunnels` answers a TLS host for each port declared at creation (`openPorts`);
  * - execs: argv over 128 KiB in total is refused (Modal's measured ARG_MAX), env from the request's
  *   secret sources, PTY made by `script` (80x24, TERM=xterm-256color, all output on stdout);
  * - network (`definition.networkAccess`, ModalFakeNetwork.ts): the allowlist's CIDRs and domains are
@@ -342,6 +343,20 @@ export class ModalFake {
     return existing === undefined ? {} : { existingResult: existing }
   }
 
+  /**
+   * The tunnels of the ports declared at creation (`definition.openPorts`): one TLS host each, on
+   * 443, as Modal answers; nothing for ports not declared. A finished sandbox has none.
+   */
+  private tunnels(request: Req): Req {
+    const sandbox = this.sandbox(request["sandboxId"])
+    if (sandbox.state === "finished") throw new Fault(status.FAILED_PRECONDITION, "the sandbox has finished")
+    const ports: Array<Req> = sandbox.definition["openPorts"]?.["ports"] ?? []
+    return {
+      result: { status: GENERIC.SUCCESS },
+      tunnels: ports.map((spec) => ({ host: `${sandbox.sandboxId.toLowerCase()}-${spec["port"]}.modal.fake.invalid`, port: 443, containerPort: spec["port"] }))
+    }
+  }
+
   private taskId(request: Req): Req {
     const sandbox = this.sandbox(request["sandboxId"])
     return {
@@ -394,6 +409,8 @@ export class ModalFake {
       SandboxTerminateV2: this.unary("SandboxTerminateV2", false, (request) => this.terminate(request)),
       SandboxGetTaskId: this.unary("SandboxGetTaskId", false, (request) => this.taskId(request)),
       SandboxGetTaskIdV2: this.unary("SandboxGetTaskIdV2", false, (request) => this.taskId(request)),
+      SandboxGetTunnels: this.unary("SandboxGetTunnels", false, (request) => this.tunnels(request)),
+      SandboxGetTunnelsV2: this.unary("SandboxGetTunnelsV2", false, (request) => this.tunnels(request)),
       SandboxGetCommandRouterAccess: this.unary("SandboxGetCommandRouterAccess", false, (request) => {
         const sandbox = this.sandbox(request["sandboxId"])
         if (sandbox.state !== "running") throw new Fault(status.FAILED_PRECONDITION, "the sandbox has no running task")
@@ -491,7 +508,7 @@ export const SERVED = {
     "AuthTokenGet", "EnvironmentGetOrCreate", "AppGetOrCreate", "ImageGetOrCreate", "SandboxCreate", "SandboxCreateV2",
     "SandboxGetFromName", "SandboxGetFromNameV2", "SandboxList", "SandboxListV2", "SandboxTagsGet", "SandboxTagsGetV2",
     "SandboxWait", "SandboxWaitV2", "SandboxTerminate", "SandboxTerminateV2", "SandboxGetTaskId", "SandboxGetTaskIdV2",
-    "SandboxGetCommandRouterAccess", "TaskGetCommandRouterAccess"
+    "SandboxGetCommandRouterAccess", "TaskGetCommandRouterAccess", "SandboxGetTunnels", "SandboxGetTunnelsV2"
   ],
   "modal.task_command_router.TaskCommandRouter": ["TaskExecStart", "TaskExecStdioRead", "TaskExecStdinWrite", "TaskExecWait", "TaskExecPoll"]
 } as const

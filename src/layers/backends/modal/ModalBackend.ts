@@ -50,7 +50,7 @@ export const NAME = BACKEND
 export const HOME = ModalProvider.HOME
 
 /** The capabilities of the Modal backend (see the header for restart). */
-export const capabilities: Capabilities = capabilitiesWithout({ restart: false, checkpoints: false, previews: false })
+export const capabilities: Capabilities = capabilitiesWithout({ restart: false, checkpoints: false })
 
 /** The gateway the options ask for: given, over a given client, or over the SDK with the tokens. */
 const gatewayFor = (options: Options.ModalBackendOptions) =>

@@ -6,7 +6,7 @@
  * npm's `latest` tag); the tests drive that implementation against a local gRPC fake of Modal
  * (test/support/ModalFake.ts), so the SDK's own checks run in them.
  *
- * Everything the SDK offers beyond this (volumes, tunnels, snapshots, filesystem API, secrets) is
+ * Everything the SDK offers beyond this (volumes, snapshots, filesystem API, secrets) is
  * left out on purpose. The SDK's PTY is fixed: `exec(…, { pty: true })` gives an 80x24 terminal with
  * TERM=xterm-256color and there is no resize call; the backend sets and changes the size with
  * `stty` inside the sandbox instead. The SDK's `sandbox.wait()` is not offered: it polls until the
@@ -35,6 +35,8 @@ export interface CreateSandboxRequest {
   /** Unique among the running sandboxes of the App; a valid Modal object name. */
   readonly name: string
   readonly tags: Readonly<Record<string, string>>
+  /** Ports Modal serves through TLS tunnels (`encryptedPorts`): only these have preview URLs. */
+  readonly tunnelPorts?: ReadonlyArray<number> | undefined
 }
 
 /** A command in a sandbox: `sandbox.exec(argv, …)`. */
@@ -67,6 +69,8 @@ export interface SandboxHandle {
   /** null while running, else the sandbox's exit code (137 terminated, 124 timed out). */
   readonly poll: Effect.Effect<number | null, ProviderError>
   readonly terminate: Effect.Effect<void, ProviderError>
+  /** The sandbox's tunnels: the public https URL of each port declared at creation. */
+  readonly tunnels: Effect.Effect<ReadonlyMap<number, string>, ProviderError>
   /** Drops local resources of the handle; the sandbox keeps running. */
   readonly detach: Effect.Effect<void>
 }

@@ -32,7 +32,7 @@ const REMOVE_WAIT = Duration.seconds(30)
 
 /** The sandboxes' options (ModalOptions.ts), the gateway, and the bounds on calls and polls. */
 export interface ProviderConfig
-  extends Pick<ModalBackendOptions, "appName" | "cpu" | "memoryMb" | "gpu" | "region" | "sandboxTimeoutSec" | "network" | "outbound">
+  extends Pick<ModalBackendOptions, "appName" | "cpu" | "memoryMb" | "gpu" | "region" | "sandboxTimeoutSec" | "network" | "outbound" | "previewPorts">
 {
   readonly gateway: ModalGatewayService
   readonly callTimeoutMs: number
@@ -179,7 +179,8 @@ export const make = (config: ProviderConfig) => {
         blockNetwork: !config.network && config.outbound === undefined,
         outbound: config.outbound,
         name,
-        tags: tagsFor(metadata, endsAt)
+        tags: tagsFor(metadata, endsAt),
+        tunnelPorts: config.previewPorts
       })).pipe(Effect.catchIf((error) => error.reason === "Conflict", (error) => nameTaken(metadata, error)))
       const instance: Instance = { providerId: sandbox.sandboxId, metadata, state: "running", endsAt }
       yield* run(sandbox, "prepare the home directory", ["mkdir", "-p", "--", HOME]).pipe(

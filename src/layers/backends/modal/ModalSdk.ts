@@ -124,7 +124,8 @@ export const createParams = (request: CreateSandboxRequest): SandboxCreateParams
   name: request.name,
   tags: { ...request.tags },
   ...(request.gpu === undefined ? {} : { gpu: request.gpu }),
-  ...(request.region === undefined ? {} : { regions: [request.region] })
+  ...(request.region === undefined ? {} : { regions: [request.region] }),
+  ...(request.tunnelPorts === undefined || request.tunnelPorts.length === 0 ? {} : { encryptedPorts: [...request.tunnelPorts] })
 })
 
 /** `sandbox.exec` parameters for a request: always binary streams, both piped. */
@@ -179,6 +180,9 @@ const sandboxHandle = (sandbox: Sandbox): SandboxHandle => ({
   tags: call("read the sandbox's tags", () => sandbox.getTags()),
   poll: call("poll the sandbox", () => sandbox.poll()),
   terminate: call("terminate the sandbox", () => sandbox.terminate()),
+  tunnels: call("read the sandbox's tunnels", () => sandbox.tunnels()).pipe(
+    Effect.map((tunnels) => new Map(Object.entries(tunnels).map(([port, tunnel]) => [Number(port), tunnel.url])))
+  ),
   detach: Effect.sync(() => {
     try {
       sandbox.detach()

@@ -37,7 +37,8 @@ const handle = (options: {
       state.terminated++
       return options.terminate ?? Effect.void
     }),
-    detach: Effect.sync(() => void state.detached++)
+    detach: Effect.sync(() => void state.detached++),
+    tunnels: Effect.succeed(new Map())
   }
   return { sandbox, state }
 }
