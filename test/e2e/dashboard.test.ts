@@ -13,25 +13,13 @@ import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { type Browser, chromium, type Frame, type Page } from "playwright-core"
-import { binPath, type Harness, root, startServer } from "../support/McpHarness.js"
+import { binPath, type Harness, root, startServer, until } from "../support/McpHarness.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const chromiumPath = "/usr/bin/chromium"
 const hostDir = join(root, "test", "support", "dashboard-host")
 const artifacts = join(root, "test-artifacts")
 const computerId = `dash-${process.pid}`
-
-/** Polls until check() holds; fails with what was awaited and the last value seen. */
-const until = async <T>(what: string, read: () => Promise<T>, check: (value: T) => boolean, timeoutMs = 20_000): Promise<T> => {
-  const end = Date.now() + timeoutMs
-  let last: T = await read()
-  while (!check(last)) {
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}; last seen: ${JSON.stringify(last)}`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    last = await read()
-  }
-  return last
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 

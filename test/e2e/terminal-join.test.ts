@@ -16,24 +16,13 @@ import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { type Browser, chromium, type Frame, type Page } from "playwright-core"
 import { afterAll, assert, beforeAll, it } from "vitest"
-import { binPath, type HttpServerProcess, root, startHttpServer } from "../support/McpHarness.js"
+import { binPath, type HttpServerProcess, root, startHttpServer, until } from "../support/McpHarness.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 
 const chromiumPath = "/usr/bin/chromium"
 const hostDir = join(root, "test", "support", "dashboard-host")
 const token = `terminal-join-token-${process.pid}-0123456789`
 const computerId = `tj-${process.pid}`
-
-const until = async <T>(what: string, read: () => Promise<T>, check: (value: T) => boolean, timeoutMs = 30_000): Promise<T> => {
-  const end = Date.now() + timeoutMs
-  let last: T = await read()
-  while (!check(last)) {
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}; last seen: ${JSON.stringify(last)}`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    last = await read()
-  }
-  return last
-}
 
 describeIf(
   bwrapWorks && existsSync(binPath) && existsSync(chromiumPath) && existsSync("/usr/bin/vim"),

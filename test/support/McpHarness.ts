@@ -123,3 +123,15 @@ export const startHttpServer = async (args: ReadonlyArray<string> = [], env: Rec
     }
   }
 }
+
+/** Polls `read` every 100 ms until `check` holds; fails with what was awaited and the last value seen. */
+export const until = async <T>(what: string, read: () => Promise<T>, check: (value: T) => boolean, timeoutMs = 30_000): Promise<T> => {
+  const end = Date.now() + timeoutMs
+  let last: T = await read()
+  while (!check(last)) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}; last seen: ${JSON.stringify(last)}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    last = await read()
+  }
+  return last
+}

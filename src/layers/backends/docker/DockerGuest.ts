@@ -26,7 +26,7 @@ import type * as Mounts from "../../../domain/Mounts.js"
 import { containerName, HOME } from "./DockerContainers.js"
 import type { Engine } from "./DockerEngine.js"
 import type { RunFlagSettings } from "./DockerRunFlags.js"
-import { drain } from "./DockerSignal.js"
+import { runShort } from "./DockerSignal.js"
 
 export const NAME = "agent"
 /** The guest's ids when no writable host directory is mounted: the host backend's. */
@@ -78,19 +78,9 @@ const PREPARE_SCRIPT = [
 export const prepare = (engine: Engine, providerId: string, computerId: string, ids: GuestIds) =>
   Effect.gen(function*() {
     const operation = "give the computer its user"
-    const exec = yield* engine.call(operation, (abort) =>
-      engine.docker.getContainer(providerId).exec({
-        Cmd: ["/bin/sh", "-c", PREPARE_SCRIPT, "kilntainers", String(ids.uid), String(ids.gid)],
-        User: "0:0",
-        AttachStdout: true,
-        AttachStderr: true,
-        abortSignal: abort
-      }))
-    const said = yield* engine.call(operation, () => exec.start({}).then(drain))
-    const info = yield* engine.call(operation, (abort) => exec.inspect({ abortSignal: abort }))
-    if (info.ExitCode !== 0) {
-      return yield* engine.fail(operation, "Failed", said.replace(/[\x00-\x08]/g, "").trim() || `exit code ${info.ExitCode}`)
-    }
+    const argv = ["/bin/sh", "-c", PREPARE_SCRIPT, "kilntainers", String(ids.uid), String(ids.gid)]
+    const { exitCode, said } = yield* runShort(engine, providerId, operation, argv, "0:0")
+    if (exitCode !== 0) return yield* engine.fail(operation, "Failed", said || `exit code ${exitCode}`)
     return `${ids.uid}:${ids.gid}` as string | undefined
   }).pipe(
     Effect.catchAll((error) =>

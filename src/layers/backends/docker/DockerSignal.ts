@@ -17,12 +17,31 @@ const KILL_SCRIPT = [
 ].join("\n")
 
 /** Everything a short exec wrote (stdout and stderr, multiplexed; the headers are dropped below). */
-export const drain = (stream: NodeJS.ReadableStream) =>
+const drain = (stream: NodeJS.ReadableStream) =>
   new Promise<string>((resolve, reject) => {
     const chunks: Array<Buffer> = []
     stream.on("data", (chunk: Buffer) => chunks.push(chunk))
     stream.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
     stream.on("error", reject)
+  })
+
+/**
+ * Runs a short command inside the container (as `user`; the image's own user when absent) and
+ * answers its exit code and what it wrote, the stream headers' control bytes removed.
+ */
+export const runShort = (engine: Engine, providerId: string, operation: string, argv: ReadonlyArray<string>, user?: string) =>
+  Effect.gen(function*() {
+    const exec = yield* engine.call(operation, (abort) =>
+      engine.docker.getContainer(providerId).exec({
+        Cmd: [...argv],
+        ...(user === undefined ? {} : { User: user }),
+        AttachStdout: true,
+        AttachStderr: true,
+        abortSignal: abort
+      }))
+    const said = yield* engine.call(operation, () => exec.start({}).then(drain))
+    const info = yield* engine.call(operation, (abort) => exec.inspect({ abortSignal: abort }))
+    return { exitCode: info.ExitCode, said: said.replace(/[\x00-\x08]/g, "").trim() }
   })
 
 /** Delivers a signal (canonical name) to the process group `pgid`; `session` also reaches its session. */
@@ -35,23 +54,14 @@ export const kill = (
 ): Effect.Effect<void, ProviderError> =>
   Effect.gen(function*() {
     const operation = `deliver ${signal}`
-    const exec = yield* engine.call(operation, (abort) =>
-      engine.docker.getContainer(providerId).exec({
-        Cmd: ["/bin/sh", "-c", KILL_SCRIPT, "kilntainers", signal.replace(/^SIG/, ""), String(pgid), session ? "session" : ""],
-        AttachStdout: true,
-        AttachStderr: true,
-        abortSignal: abort
-      }))
-    const said = yield* engine.call(operation, () => exec.start({}).then(drain))
-    const info = yield* engine.call(operation, (abort) => exec.inspect({ abortSignal: abort }))
-    if (info.ExitCode !== 0) {
-      const text = said.replace(/[\x00-\x08]/g, "").trim()
+    const argv = ["/bin/sh", "-c", KILL_SCRIPT, "kilntainers", signal.replace(/^SIG/, ""), String(pgid), session ? "session" : ""]
+    const { exitCode, said } = yield* runShort(engine, providerId, operation, argv)
+    if (exitCode !== 0) {
+      const quota = /resource temporarily unavailable/i.test(said)
       return yield* engine.fail(
         operation,
-        /resource temporarily unavailable/i.test(said) ? "Quota" : "Failed",
-        `${text || `exit code ${info.ExitCode}`}${
-          /resource temporarily unavailable/i.test(said) ? " (the computer's pids limit is reached; restart it)" : ""
-        }`
+        quota ? "Quota" : "Failed",
+        `${said || `exit code ${exitCode}`}${quota ? " (the computer's pids limit is reached; restart it)" : ""}`
       )
     }
   })
