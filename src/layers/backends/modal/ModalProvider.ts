@@ -160,17 +160,19 @@ export const make = (config: ProviderConfig) => {
     )
 
   /**
-   * Creates and starts the sandbox of a computer, with its home directory. Nothing is left behind
+   * Creates and starts the sandbox of a computer, with its home directory; from a snapshot's image
+   * when `imageId` is given (a fork). Nothing is left behind
    * when a step fails or the call is given up (the gateway cancels a late create).
    */
-  const create = (metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
+  const create = (metadata: ComputerMetadata, imageId?: string): Effect.Effect<Instance, ProviderError> =>
     Effect.gen(function*() {
       const name = sandboxName(metadata.id)
       const endsAt = (yield* Clock.currentTimeMillis) + config.sandboxTimeoutSec * 1000
-      const operation = `create the sandbox ${name} from ${metadata.image}`
+      const operation = `create the sandbox ${name} from ${imageId ?? metadata.image}`
       const sandbox = yield* call(operation, gateway.create({
         appName: config.appName,
         image: metadata.image,
+        imageId,
         cpu: config.cpu,
         memoryMiB: config.memoryMb,
         gpu: config.gpu,
@@ -244,7 +246,7 @@ export const make = (config: ProviderConfig) => {
       )
     )
 
-  return { call, find, create, start, remove, run, watch, signal, resize }
+  return { call, find, create, start, remove, run, watch, signal, resize, withSandbox }
 }
 
 export type ModalProvider = ReturnType<typeof make>

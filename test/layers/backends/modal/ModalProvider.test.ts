@@ -37,6 +37,7 @@ const handle = (options: {
       state.terminated++
       return options.terminate ?? Effect.void
     }),
+    snapshotFilesystem: Effect.die("not used"),
     detach: Effect.sync(() => void state.detached++),
     tunnels: Effect.succeed(new Map())
   }
@@ -59,6 +60,7 @@ const provider = (gateway: Partial<ModalGatewayService> = {}) =>
       fromId: () => Effect.die("not used"),
       fromName: () => Effect.succeed(Option.none()),
       list: () => Effect.succeed([]),
+      deleteImage: () => Effect.die("not used"),
       close: Effect.void,
       ...gateway
     },
