@@ -233,7 +233,6 @@ export const make = (
     const spawn = (request: ProcessRequest) => Effect.flatMap(usable, (target) => processes.spawn(target, request))
     const run = (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) =>
       Effect.flatMap(usable, (target) => runToCompletion(target, spec, stdin, maxBytes))
-    const openPort = (port: number) => Effect.flatMap(usable, (target) => ComputerPorts.open(backend.name, target, port))
 
     /**
      * A serialised lifecycle step: processes end first (while the connection still stands), then it
@@ -372,7 +371,8 @@ export const make = (
       visibleTo: (session) => !options.temporary || shared || owners.has(session),
       spawn,
       run,
-      openPort,
+      openPort: (port) => Effect.flatMap(usable, (target) => ComputerPorts.open(backend.name, target, port)),
+      publicUrl: (port) => Effect.flatMap(usable, (target) => ComputerPorts.publicUrl(target, port)),
       closed: Deferred.await(closed),
       deleted: Deferred.await(deleted),
       ready: Deferred.await(ready),

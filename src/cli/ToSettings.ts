@@ -193,6 +193,7 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
         memoryMb: values.modalMemory,
         gpu: values.gpu,
         region: values.region,
+        previewPorts: values.modalPreviewPort.map(Number),
         sandboxTimeoutSec: values.sandboxTimeout
       },
       kubernetes: {

@@ -6,7 +6,7 @@ import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import type { Duplex } from "node:stream"
 import type { ComputerMetadata, LabelStyle, Owner } from "../domain/ComputerMetadata.js"
-import { type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
+import { type InvalidInput, type ProviderError, SpawnFailed, type Unsupported } from "../domain/Errors.js"
 
 /** What a backend can do; the kernel reads these and refuses what is missing with `Unsupported`. */
 export interface Capabilities {
@@ -33,7 +33,7 @@ export interface Capabilities {
   readonly networkControl: boolean
   /** Checkpoints of a computer's filesystem, and new computers made from them (`Backend.checkpoints`). */
   readonly checkpoints: boolean
-  /** Preview URLs: a port inside the computer reached without its network (`Connection.openPort`). */
+  /** Preview URLs: a port inside the computer reached without its network (`Connection.openPort`), or the provider's own address of it (`Connection.publicUrl`). */
   readonly previews: boolean
 }
 
@@ -283,6 +283,13 @@ export interface Connection {
    * relay): what preview URLs are served through. Absent where the backend has no such channel.
    */
   readonly openPort?: ((port: number) => Effect.Effect<Duplex, ProviderError>) | undefined
+  /**
+   * The provider's own public URL of a port inside the computer (an E2B host, a Modal tunnel), where
+   * the provider serves it: preview URLs then hand out this URL instead of the server's proxy. The
+   * kernel cannot revoke it; the provider ends it with the computer. `InvalidInput` for a port the
+   * provider does not serve (a Modal port not declared at creation).
+   */
+  readonly publicUrl?: ((port: number) => Effect.Effect<string, ProviderError | InvalidInput>) | undefined
 }
 
 /** Lease renewal or keep-alive that the kernel schedules (with `Clock`) while it holds a computer. */

@@ -121,6 +121,8 @@ export interface ComputerHandle {
   readonly run: (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) => Effect.Effect<RunResult, SpawnFailed | ComputerUnavailable | ProviderError>
   /** A connection to 127.0.0.1:port inside the computer, without network in it (preview URLs); `Unsupported` where the backend has none. */
   readonly openPort: (port: number) => Effect.Effect<Duplex, ComputerUnavailable | ProviderError | Unsupported>
+  /** The provider's own URL of a port (E2B, Modal), or undefined where previews go through `openPort`. */
+  readonly publicUrl: (port: number) => Effect.Effect<string | undefined, ComputerUnavailable | ProviderError | InvalidInput>
   /** A warning for the agent while the provider's end of life for this computer is near (E2B's plan cap). */
   readonly warning: Effect.Effect<string | undefined>
   /** Completes when the computer is gone from this server (deleted, released, server shutdown). */

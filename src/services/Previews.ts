@@ -16,7 +16,9 @@ export const PreviewInfo = Schema.Struct({
   url: Schema.String,
   computer_id: Schema.String,
   port: Schema.Number,
-  expires_at: Schema.String
+  expires_at: Schema.String,
+  /** On a cloud whose own URL this is: what the provider does with it that the server cannot (revoke it). */
+  note: Schema.optional(Schema.String)
 })
 export type PreviewInfo = typeof PreviewInfo.Type
 

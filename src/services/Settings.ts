@@ -77,6 +77,8 @@ export interface ModalSettings {
   readonly gpu: string | undefined
   /** --region, such as "us-east". */
   readonly region: string | undefined
+  /** --modal-preview-port: ports served by Modal tunnels (declared at sandbox creation), for preview URLs. */
+  readonly previewPorts?: ReadonlyArray<number> | undefined
   /** --sandbox-timeout in seconds, default 3600, at most 86400: the sandbox's whole lifetime. */
   readonly sandboxTimeoutSec: number
 }

@@ -10,6 +10,7 @@ import * as E2BBackend from "../../src/layers/backends/e2b/E2BBackend.js"
 import * as FlyBackend from "../../src/layers/backends/fly/FlyBackend.js"
 import * as HostBackend from "../../src/layers/backends/host/HostBackend.js"
 import * as ModalBackend from "../../src/layers/backends/modal/ModalBackend.js"
+import * as ModalSdk from "../../src/layers/backends/modal/ModalSdk.js"
 import * as WasmBackend from "../../src/layers/backends/wasm/WasmBackend.js"
 import * as Runtime from "../../src/layers/Runtime.js"
 import type { Backend } from "../../src/services/Backend.js"
@@ -18,6 +19,7 @@ import { Settings } from "../../src/services/Settings.js"
 import * as Docker from "../support/Docker.js"
 import * as E2BFake from "../support/E2BFake.js"
 import * as E2BTestKit from "./backends/e2b/E2BTestKit.js"
+import * as ModalFake from "../support/ModalFake.js"
 import { bwrapWorks, describeIf } from "../support/Requirements.js"
 import * as ScriptedBackend from "../support/ScriptedBackend.js"
 
@@ -185,6 +187,66 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("checkpo
       })), 120_000)
 })
 
+describeIf(ModalFake.fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in them)")("checkpoints and forks on Modal (real SDK against the fake)", () => {
+  const started = ModalFake.fakeWorks ? ModalFake.start() : new Promise<ModalFake.ModalFake>(() => {})
+  afterAll(async () => (ModalFake.fakeWorks ? (await started).close() : undefined))
+  const withFake = <A>(f: (fake: ModalFake.ModalFake) => A) => Effect.promise(() => started).pipe(Effect.map(f))
+  const backend = () => Layer.unwrapEffect(withFake((fake) => ModalBackend.layer(ModalFake.backendOptions(fake))))
+  /** The fake holds Modal images exactly while the specification's checkpoints exist (one test at a time). */
+  forks(backend, () => withFake((fake) => fake.images.list().length > 0))
+
+  it.scopedLive("a checkpoint is a Modal image that outlives its sandbox, and is deleted from Modal with the checkpoint", () =>
+    withComputers(backend(), (computers) =>
+      Effect.gen(function*() {
+        const fake = yield* Effect.promise(() => started)
+        const original = yield* computers.create("s1", { computer_id: ids("modal-orig") })
+        yield* sh(original, "echo kept > note")
+        const earlier = new Set(fake.images.list())
+        const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
+        assert.include(checkpoint.note, "Modal filesystem snapshot")
+        const image = fake.images.list().find((id) => !earlier.has(id))
+        assert.isDefined(image)
+        // A later change of the original does not reach the image.
+        yield* sh(original, "echo changed > note")
+        yield* computers.delete("s1", original.id)
+        const fork = yield* computers.create("s1", { from_checkpoint: checkpoint.checkpoint_id })
+        assert.strictEqual(yield* sh(fork, "cat note"), "kept\n")
+        // The fork's sandbox was created from the snapshot's image, found by its id.
+        assert.isTrue([...fake.sandboxes.values()].some((sandbox) => sandbox.definition["imageId"] === image))
+        assert.isTrue(fake.callsOf("ImageFromId").some((request) => request["imageId"] === image))
+        yield* computers.deleteCheckpoint("s1", checkpoint.checkpoint_id)
+        assert.isFalse(fake.images.has(image!))
+        assert.isTrue(fake.callsOf("ImageDelete").some((request) => request["imageId"] === image))
+      })), 120_000)
+
+  it.scopedLive("Modal refuses to snapshot a sandbox that has ended, and makes no image of it", () =>
+    Effect.gen(function*() {
+      const fake = yield* Effect.promise(() => started)
+      const gateway = ModalSdk.fromClient(fake.client())
+      yield* Effect.addFinalizer(() => gateway.close)
+      const name = `kilntainer-${ids("modal-ended")}`
+      const sandbox = yield* gateway.create({
+        appName: "kilntainers", image: "debian:bookworm-slim", cpu: 1, memoryMiB: 512, gpu: undefined, region: undefined,
+        timeoutMs: 60_000, blockNetwork: true, name, tags: { kilntainers: "true" }
+      })
+      const before = fake.images.list().length
+      fake.terminateFromOutside(name)
+      const refused = yield* Effect.flip(sandbox.snapshotFilesystem)
+      assert.strictEqual(refused._tag, "ProviderError")
+      assert.strictEqual(fake.images.list().length, before)
+      // A running one is snapshotted.
+      const other = yield* gateway.create({
+        appName: "kilntainers", image: "debian:bookworm-slim", cpu: 1, memoryMiB: 512, gpu: undefined, region: undefined,
+        timeoutMs: 60_000, blockNetwork: true, name: `${name}-b`, tags: { kilntainers: "true" }
+      })
+      const image = yield* other.snapshotFilesystem
+      assert.isTrue(fake.images.has(image))
+      yield* gateway.deleteImage(image)
+      yield* other.terminate
+      assert.strictEqual((yield* Effect.flip(gateway.deleteImage(image))).reason, "NotFound")
+    }), 120_000)
+})
+
 describeIf(WasmBackend.findToolsetDir() !== undefined, "the WASI toolset (bash wasm/build.sh)")("checkpoints and forks on the WASM toolset", () => {
   const wasm = () => WasmBackend.layer({ mode: "toolset", modulePath: undefined, stateDir: join(stateDir, "wasm"), maxMemoryMb: 256, timeoutMs: 60_000 })
   it.scopedLive("a computer's files are forked three times; each fork changes alone, the original untouched", () =>
@@ -218,10 +280,10 @@ describe("backends without checkpoints", () => {
           assert.strictEqual(refused._tag, "Unsupported")
           assert.include(refused.message, "checkpoints")
         }))
-      for (const capabilities of [FlyBackend.capabilities, ModalBackend.capabilities]) {
+      for (const capabilities of [FlyBackend.capabilities]) {
         assert.isFalse(capabilities.checkpoints)
       }
-      for (const capabilities of [HostBackend.capabilities, DockerBackend.capabilities, E2BBackend.capabilities, WasmBackend.toolsetCapabilities]) {
+      for (const capabilities of [HostBackend.capabilities, DockerBackend.capabilities, E2BBackend.capabilities, ModalBackend.capabilities, WasmBackend.toolsetCapabilities]) {
         assert.isTrue(capabilities.checkpoints)
       }
     }))

@@ -15,8 +15,12 @@
  *   sandboxes (ALREADY_EXISTS); timeouts ≤ 24 h; tags; `SandboxList` pages by `before_timestamp`;
  *   `SandboxWait` is a long poll; results are TERMINATED (137), TIMEOUT (124) or the exit code;
  * - scheduling: `schedulingDelayMs` keeps a new sandbox pending (no task) that long;
+ * - tunnels: `SandboxGetTunnels` answers a TLS host for each port declared at creation (`openPorts`);
  * - execs: argv over 128 KiB in total is refused (Modal's measured ARG_MAX), env from the request's
  *   secret sources, PTY made by `script` (80x24, TERM=xterm-256color, all output on stdout);
+ * - filesystem snapshots (ModalFakeImages.ts): `TaskSnapshotFilesystem` on the router copies a
+ *   running sandbox's files into an image (a finished one has no task: refused), `ImageFromId`
+ *   finds it, a sandbox created with its id starts from the copy, `ImageDelete` deletes it;
  * - network (`definition.networkAccess`, ModalFakeNetwork.ts): the allowlist's CIDRs and domains are
  *   checked ("Invalid CIDR", "Invalid domain": INVALID_ARGUMENT). A V1 sandbox gets its policy:
  *   OPEN shares this host's network, BLOCKED and ALLOWLIST get none of it (offline, nothing listed
@@ -35,6 +39,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { ModalBackendOptions } from "../../src/layers/backends/modal/ModalOptions.js"
 import { serviceDefinition } from "./contracts/modal/ModalSchema.js"
+import { ModalFakeImages } from "./ModalFakeImages.js"
 import { type AppliedNetwork, networkOf, networkRefusal } from "./ModalFakeNetwork.js"
 import { type ExitStatus, FakeExec, SANDBOX_ENV, type SandboxProcess, startSandbox } from "./ModalFakeSandbox.js"
 
@@ -98,6 +103,8 @@ export class ModalFake {
   readonly sandboxes = new Map<string, FakeSandbox>()
   /** Every RPC, in order (method name and decoded request). */
   readonly calls: Array<Call> = []
+  /** The images filesystem snapshots made. */
+  readonly images = new ModalFakeImages(join(this.root, "images"), () => `im-${alnum(22)}`)
   readonly tokenId: string
   readonly tokenSecret: string
   schedulingDelayMs: number
@@ -292,6 +299,8 @@ export class ModalFake {
   private async schedule(sandbox: FakeSandbox) {
     if (this.schedulingDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.schedulingDelayMs))
     if (sandbox.state !== "pending") return
+    const imageId: string = sandbox.definition["imageId"] ?? ""
+    if (this.images.has(imageId)) this.images.seed(imageId, join(this.root, sandbox.sandboxId))
     const started = await startSandbox(join(this.root, sandbox.sandboxId), !sandbox.network.hostNetwork)
     if (sandbox.state !== "pending") {
       started.child.kill("SIGKILL")
@@ -342,6 +351,20 @@ export class ModalFake {
     return existing === undefined ? {} : { existingResult: existing }
   }
 
+  /**
+   * The tunnels of the ports declared at creation (`definition.openPorts`): one TLS host each, on
+   * 443, as Modal answers; nothing for ports not declared. A finished sandbox has none.
+   */
+  private tunnels(request: Req): Req {
+    const sandbox = this.sandbox(request["sandboxId"])
+    if (sandbox.state === "finished") throw new Fault(status.FAILED_PRECONDITION, "the sandbox has finished")
+    const ports: Array<Req> = sandbox.definition["openPorts"]?.["ports"] ?? []
+    return {
+      result: { status: GENERIC.SUCCESS },
+      tunnels: ports.map((spec) => ({ host: `${sandbox.sandboxId.toLowerCase()}-${spec["port"]}.modal.fake.invalid`, port: 443, containerPort: spec["port"] }))
+    }
+  }
+
   private taskId(request: Req): Req {
     const sandbox = this.sandbox(request["sandboxId"])
     return {
@@ -368,6 +391,14 @@ export class ModalFake {
         return { appId: this.apps.get(name)! }
       }),
       ImageGetOrCreate: this.unary("ImageGetOrCreate", false, () => ({ imageId: `im-${alnum(22)}`, result: { status: GENERIC.SUCCESS } })),
+      ImageFromId: this.unary("ImageFromId", false, (request) => {
+        if (!this.images.has(request["imageId"])) throw new Fault(status.FAILED_PRECONDITION, `Could not find image with ID ${request["imageId"]}`)
+        return { imageId: request["imageId"] }
+      }),
+      ImageDelete: this.unary("ImageDelete", false, (request) => {
+        if (!this.images.delete(request["imageId"])) throw new Fault(status.FAILED_PRECONDITION, `Could not find image with ID ${request["imageId"]}`)
+        return {}
+      }),
       SandboxCreate: this.unary("SandboxCreate", false, (request) => {
         const sandbox = this.create("V1", request)
         void this.schedule(sandbox)
@@ -394,6 +425,8 @@ export class ModalFake {
       SandboxTerminateV2: this.unary("SandboxTerminateV2", false, (request) => this.terminate(request)),
       SandboxGetTaskId: this.unary("SandboxGetTaskId", false, (request) => this.taskId(request)),
       SandboxGetTaskIdV2: this.unary("SandboxGetTaskIdV2", false, (request) => this.taskId(request)),
+      SandboxGetTunnels: this.unary("SandboxGetTunnels", false, (request) => this.tunnels(request)),
+      SandboxGetTunnelsV2: this.unary("SandboxGetTunnelsV2", false, (request) => this.tunnels(request)),
       SandboxGetCommandRouterAccess: this.unary("SandboxGetCommandRouterAccess", false, (request) => {
         const sandbox = this.sandbox(request["sandboxId"])
         if (sandbox.state !== "running") throw new Fault(status.FAILED_PRECONDITION, "the sandbox has no running task")
@@ -472,7 +505,13 @@ export class ModalFake {
         return {}
       }),
       TaskExecWait: this.unary("TaskExecWait", true, async (request) => exitStatus(await this.exec(request).exited)),
-      TaskExecPoll: this.unary("TaskExecPoll", true, (request) => exitStatus(this.exec(request).status))
+      TaskExecPoll: this.unary("TaskExecPoll", true, (request) => exitStatus(this.exec(request).status)),
+      TaskSnapshotFilesystem: this.unary("TaskSnapshotFilesystem", true, (request) => {
+        const sandbox = this.byTask(request["taskId"])
+        const ttl = request["ttlSeconds"] === undefined ? undefined : Number(request["ttlSeconds"])
+        if (ttl === undefined || (ttl <= 0 && ttl !== -1)) throw new Fault(status.INVALID_ARGUMENT, `invalid ttl_seconds: ${ttl}`)
+        return { imageId: this.images.snapshot(join(this.root, sandbox.sandboxId), request["snapshotId"]) }
+      })
     }
   }
 }
@@ -488,12 +527,12 @@ export const quietLogger = {
 /** The RPCs the fake answers (the contract test checks their messages against the SDK). */
 export const SERVED = {
   "modal.client.ModalClient": [
-    "AuthTokenGet", "EnvironmentGetOrCreate", "AppGetOrCreate", "ImageGetOrCreate", "SandboxCreate", "SandboxCreateV2",
+    "AuthTokenGet", "EnvironmentGetOrCreate", "AppGetOrCreate", "ImageGetOrCreate", "ImageFromId", "ImageDelete", "SandboxCreate", "SandboxCreateV2",
     "SandboxGetFromName", "SandboxGetFromNameV2", "SandboxList", "SandboxListV2", "SandboxTagsGet", "SandboxTagsGetV2",
     "SandboxWait", "SandboxWaitV2", "SandboxTerminate", "SandboxTerminateV2", "SandboxGetTaskId", "SandboxGetTaskIdV2",
-    "SandboxGetCommandRouterAccess", "TaskGetCommandRouterAccess"
+    "SandboxGetCommandRouterAccess", "TaskGetCommandRouterAccess", "SandboxGetTunnels", "SandboxGetTunnelsV2"
   ],
-  "modal.task_command_router.TaskCommandRouter": ["TaskExecStart", "TaskExecStdioRead", "TaskExecStdinWrite", "TaskExecWait", "TaskExecPoll"]
+  "modal.task_command_router.TaskCommandRouter": ["TaskExecStart", "TaskExecStdioRead", "TaskExecStdinWrite", "TaskExecWait", "TaskExecPoll", "TaskSnapshotFilesystem"]
 } as const
 
 /** The Modal backend's options over this fake's client (only Modal's own flags: no Docker --image). */

@@ -198,6 +198,13 @@ export const modalFlags = {
     backends: ["modal"],
     help: "CPU cores, fractional"
   }),
+  modalPreviewPort: Flag.commaList("modal-preview-port", {
+    group: "modal backend options",
+    metavar: "PORT",
+    backends: ["modal"],
+    each: (item) => (/^[1-9][0-9]{0,4}$/.test(item) && Number(item) <= 65535 ? undefined : `'${item}' is not a port from 1 to 65535`),
+    help: "Ports new sandboxes serve through Modal tunnels (computer_expose)"
+  }),
   modalMemory: Flag.integer("modal-memory", {
     group: "modal backend options",
     default: modal.memoryMb,

@@ -7,6 +7,11 @@
  * computer under the same id is not exposed) and to the session that made it, whose access rules
  * apply to every request. Its lifetime is a fiber that sleeps on the Clock until the preview expires;
  * revoking interrupts it. Either way its open connections (WebSockets included) are closed.
+ *
+ * On a cloud that serves a computer's ports itself (E2B hosts, Modal tunnels: `Connection.publicUrl`)
+ * the URL is the provider's, needs no `--preview-port`, and is recorded here with the same session
+ * rules, lifetime, unexpose and audit; but the provider keeps serving it while the computer runs, so
+ * expiry and unexpose only forget it (the answer's `note` says so).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -27,6 +32,8 @@ interface Entry {
   readonly incarnation: number
   readonly expiresSec: number
   readonly token: string
+  /** The provider's own URL: not served (nor verified) here. */
+  readonly hosted: boolean
   /** Closers of its open connections. */
   readonly connections: Set<() => void>
 }
@@ -56,25 +63,29 @@ export const make = Effect.gen(function*() {
 
   const expose = (session: string, request: ExposeRequest) =>
     Effect.gen(function*() {
-      if (origin === undefined) return yield* new InvalidInput({ message: "preview URLs need the server started with --preview-port" })
       if (!backend.capabilities.previews) return yield* new Unsupported({ backend: backend.name, feature: "preview URLs" })
       const lifetime = request.lifetime_s ?? settings.defaultLifetimeSec
       if (!Number.isInteger(lifetime) || lifetime < 1 || lifetime > settings.maxLifetimeSec) {
         return yield* new InvalidInput({ message: `lifetime_s must be a whole number of seconds from 1 to ${settings.maxLifetimeSec}` })
       }
       const computer = yield* computers.get(session, request.computer_id)
+      const hosted = yield* computer.publicUrl(request.port)
+      if (hosted === undefined && origin === undefined) {
+        return yield* new InvalidInput({ message: "preview URLs need the server started with --preview-port" })
+      }
       const now = yield* Clock.currentTimeMillis
       const expiresSec = Math.ceil(now / 1000) + lifetime
       const id = PreviewToken.newId()
       const token = PreviewToken.sign(key, { id, computer: computer.id, incarnation: computer.incarnation, port: request.port, expiresSec })
       const info: PreviewInfo = {
         preview_id: id,
-        url: `${origin}/p/${token}/`,
+        url: hosted ?? `${origin}/p/${token}/`,
         computer_id: computer.id,
         port: request.port,
-        expires_at: new Date(expiresSec * 1000).toISOString()
+        expires_at: new Date(expiresSec * 1000).toISOString(),
+        ...(hosted === undefined ? {} : { note: `${backend.name} serves this URL while the computer runs; expiry and unexpose cannot revoke it` })
       }
-      entries.set(id, { info, session, incarnation: computer.incarnation, expiresSec, token, connections: new Set() })
+      entries.set(id, { info, session, incarnation: computer.incarnation, expiresSec, token, hosted: hosted !== undefined, connections: new Set() })
       yield* FiberMap.run(lifetimes, id, Effect.sleep(expiresSec * 1000 - now).pipe(Effect.zipRight(end(id, "expired"))))
       yield* audit.record({ type: "preview", event: "exposed", session, computer: computer.id, preview: id, port: request.port })
       return info
@@ -83,7 +94,8 @@ export const make = Effect.gen(function*() {
   const unexpose = (session: string, idOrUrl: string) =>
     Effect.gen(function*() {
       const token = PATH.exec(idOrUrl.replace(/^[a-z]+:\/\/[^/]+/i, ""))?.[1]
-      const id = token === undefined ? idOrUrl : (PreviewToken.parse(token)?.id ?? token)
+      const byUrl = [...entries.values()].find((entry) => entry.session === session && entry.hosted && entry.info.url === idOrUrl)
+      const id = byUrl?.info.preview_id ?? (token === undefined ? idOrUrl : (PreviewToken.parse(token)?.id ?? token))
       const entry = entries.get(id)
       // Another session's preview is as unknown as one that never was.
       if (entry === undefined || entry.session !== session) {
@@ -102,7 +114,7 @@ export const make = Effect.gen(function*() {
       const parsed = token === undefined ? undefined : PreviewToken.parse(token)
       if (parsed === undefined) return yield* refuse("not a preview URL")
       const entry = entries.get(parsed.id)
-      if (entry === undefined) return yield* refuse("unknown, revoked or expired preview")
+      if (entry === undefined || entry.hosted) return yield* refuse("unknown, revoked or expired preview")
       const { computer_id: computer, port } = entry.info
       const fields = { id: parsed.id, computer, incarnation: entry.incarnation, port, expiresSec: parsed.expiresSec }
       if (!PreviewToken.check(key, fields, parsed.signature) || parsed.expiresSec !== entry.expiresSec) {

@@ -22,7 +22,8 @@ const computers = Layer.succeed(Computers, {
       ? Effect.succeed({
         id,
         incarnation: 1,
-        openPort: (port: number) => Effect.fail(providerError("test", `connect to port ${port}`, "Unavailable", "no relay in this test"))
+        openPort: (port: number) => Effect.fail(providerError("test", `connect to port ${port}`, "Unavailable", "no relay in this test")),
+        publicUrl: () => Effect.void
       } as unknown as ComputerHandle)
       : Effect.fail(new AccessDenied({ what: `computer ${id}`, why: "it is another session's" }))
 } as unknown as Computers["Type"])

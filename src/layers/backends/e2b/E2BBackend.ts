@@ -79,7 +79,7 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000
  * reads and writes files with processes, whose output is exact bytes; networkControl: not offered;
  * checkpoints: E2B's snapshots (E2BCheckpoints.ts).
  */
-export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, heldProcesses: false, previews: false })
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, heldProcesses: false })
 
 /** The E2B provider, after the startup checks: valid limits, and an API that answers and takes the key. */
 export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>

@@ -8,6 +8,8 @@
  *          whenever a start fails, and a few times when a process's stream breaks. At the end of the runtime E2B
  *          deletes a temporary sandbox and pauses a permanent one; the reason then says so (a
  *          restart resumes a permanent one, with its files and a new period).
+ *   publicUrl  E2B's own host of a port (`sandbox.getHost`, computed by the SDK without a request:
+ *          `https://<port>-<sandboxId>.<domain>`), public while the sandbox runs: preview URLs.
  */
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
@@ -104,7 +106,8 @@ export const connect = (options: ConnectOptions) => (target: Instance): Effect.E
           gone,
           onDropped: Effect.asVoid(settle)
         }, spec).pipe(Effect.tapErrorTag("SpawnFailed", () => checkSoon)),
-      lost: Deferred.await(lost)
+      lost: Deferred.await(lost),
+      publicUrl: (port) => Effect.sync(() => `https://${sandbox.getHost(port)}/`)
     }
     return connection
   }).pipe(Effect.withSpan("E2BBackend.connect"))

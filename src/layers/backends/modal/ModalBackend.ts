@@ -24,6 +24,8 @@
  * makes a new sandbox of the same name from the image recorded in its tags. No warm pool: a
  * sandbox's name and tags are fixed at creation, so it cannot be handed out under another id.
  *
+ * Checkpoints are Modal filesystem snapshots, kept as Modal images (ModalCheckpoints.ts).
+ *
  * The image needs /bin/sh, `env`, `kill`, `cat`, `setsid` (util-linux or busybox) and, for TTYs,
  * `stty`.
  */
@@ -34,6 +36,7 @@ import type { ProviderError } from "../../../domain/Errors.js"
 import { Unsupported } from "../../../domain/Errors.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
+import * as ModalCheckpoints from "./ModalCheckpoints.js"
 import * as ModalConnection from "./ModalConnection.js"
 import { BACKEND, modalError } from "./ModalError.js"
 import type { ModalGatewayService } from "./ModalGateway.js"
@@ -49,8 +52,8 @@ export { sandboxName }
 export const NAME = BACKEND
 export const HOME = ModalProvider.HOME
 
-/** The capabilities of the Modal backend (see the header for restart). */
-export const capabilities: Capabilities = capabilitiesWithout({ restart: false, heldProcesses: false, checkpoints: false, previews: false })
+/** The capabilities of the Modal backend (see the header for restart; checkpoints: ModalCheckpoints.ts). */
+export const capabilities: Capabilities = capabilitiesWithout({ restart: false, heldProcesses: false })
 
 /** The gateway the options ask for: given, over a given client, or over the SDK with the tokens. */
 const gatewayFor = (options: Options.ModalBackendOptions) =>
@@ -103,7 +106,8 @@ export const make = (options: Options.ModalBackendOptions) =>
       connect: ModalConnection.connect({ gateway, provider, sandboxTimeoutSec: options.sandboxTimeoutSec }),
       restart: () =>
         Effect.fail(new Unsupported({ backend: NAME, feature: "restart (a Modal sandbox cannot be restarted keeping its files; factory reset recreates it)" })),
-      remove: provider.remove
+      remove: provider.remove,
+      checkpoints: ModalCheckpoints.make({ gateway, provider })
     })
   })
 

@@ -7,12 +7,13 @@
  *
  * Processes: ModalExec.ts. Signals: `kill -s SIG -- -pgid` in a second exec; closing a process's
  * Scope SIGKILLs its session. TTY: the SDK's PTY (fixed 80x24) sized with `stty`; resize = `stty -F
- * <tty>` in a second exec.
+ * <tty>` in a second exec. Preview URLs: the sandbox's Modal tunnels (`publicUrl`), for the ports
+ * declared at its creation (--modal-preview-port).
  */
 import type * as Scope from "effect/Scope"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import { type ProviderError, type SpawnFailed, Unsupported } from "../../../domain/Errors.js"
+import { InvalidInput, type ProviderError, type SpawnFailed, Unsupported } from "../../../domain/Errors.js"
 import { type BackendProcess, checkSpec, type Connection, type Instance, type SpawnSpec, throughEnv } from "../../../services/Backend.js"
 import { BACKEND, modalError } from "./ModalError.js"
 import * as ModalExec from "./ModalExec.js"
@@ -97,5 +98,19 @@ export const connect = (options: {
         } satisfies BackendProcess
       })
 
-    return { home: HOME, spawn, lost: Deferred.await(lost) } satisfies Connection
+    /** Modal's tunnel of a port: only ports declared when the sandbox was made have one. */
+    const publicUrl = (port: number) =>
+      provider.call("read the sandbox's tunnels", sandbox.tunnels).pipe(Effect.flatMap((urls) => {
+        const url = urls.get(port)
+        if (url !== undefined) return Effect.succeed(`${url}/`)
+        const declared = [...urls.keys()].join(", ") || "none"
+        return Effect.fail(
+          new InvalidInput({
+            message: `port ${port} has no Modal tunnel: Modal serves only ports declared when the sandbox was made ` +
+              `(--modal-preview-port; this computer's: ${declared})`
+          })
+        )
+      }))
+
+    return { home: HOME, spawn, lost: Deferred.await(lost), publicUrl } satisfies Connection
   })

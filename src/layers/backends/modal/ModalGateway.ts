@@ -6,8 +6,9 @@
  * npm's `latest` tag); the tests drive that implementation against a local gRPC fake of Modal
  * (test/support/ModalFake.ts), so the SDK's own checks run in them.
  *
- * Everything the SDK offers beyond this (volumes, tunnels, snapshots, filesystem API, secrets) is
- * left out on purpose. The SDK's PTY is fixed: `exec(…, { pty: true })` gives an 80x24 terminal with
+ * Filesystem snapshots are in (`snapshotFilesystem`, sandboxes made from the image it gives,
+ * `deleteImage`) for checkpoints, and tunnels for preview URLs; everything else the SDK offers
+ * (volumes, memory snapshots, filesystem API, secrets) is left out on purpose. The SDK's PTY is fixed: `exec(…, { pty: true })` gives an 80x24 terminal with
  * TERM=xterm-256color and there is no resize call; the backend sets and changes the size with
  * `stty` inside the sandbox instead. The SDK's `sandbox.wait()` is not offered: it polls until the
  * sandbox ends and cannot be stopped, so a closed computer would leave it behind; `poll` on a
@@ -23,6 +24,8 @@ export interface CreateSandboxRequest {
   readonly appName: string
   /** A registry image reference such as "debian:bookworm-slim". */
   readonly image: string
+  /** A Modal image id (a filesystem snapshot) to boot from instead of `image`: `images.fromId`. */
+  readonly imageId?: string | undefined
   readonly cpu: number
   readonly memoryMiB: number
   readonly gpu: string | undefined
@@ -35,6 +38,8 @@ export interface CreateSandboxRequest {
   /** Unique among the running sandboxes of the App; a valid Modal object name. */
   readonly name: string
   readonly tags: Readonly<Record<string, string>>
+  /** Ports Modal serves through TLS tunnels (`encryptedPorts`): only these have preview URLs. */
+  readonly tunnelPorts?: ReadonlyArray<number> | undefined
 }
 
 /** A command in a sandbox: `sandbox.exec(argv, …)`. */
@@ -67,6 +72,13 @@ export interface SandboxHandle {
   /** null while running, else the sandbox's exit code (137 terminated, 124 timed out). */
   readonly poll: Effect.Effect<number | null, ProviderError>
   readonly terminate: Effect.Effect<void, ProviderError>
+  /** The sandbox's tunnels: the public https URL of each port declared at creation. */
+  readonly tunnels: Effect.Effect<ReadonlyMap<number, string>, ProviderError>
+  /**
+   * Snapshots the running sandbox's filesystem into a new Modal image (`sandbox.snapshotFilesystem`);
+   * answers its id. Modal refuses a sandbox that is not running.
+   */
+  readonly snapshotFilesystem: Effect.Effect<string, ProviderError>
   /** Drops local resources of the handle; the sandbox keeps running. */
   readonly detach: Effect.Effect<void>
 }
@@ -86,6 +98,8 @@ export interface ModalGatewayService {
     appName: string,
     tags: Readonly<Record<string, string>>
   ) => Effect.Effect<ReadonlyArray<SandboxHandle>, ProviderError>
+  /** Deletes an image by id (`images.delete`); an unknown one is a NotFound. */
+  readonly deleteImage: (imageId: string) => Effect.Effect<void, ProviderError>
   /** Closes the client (connections); sandboxes keep running. */
   readonly close: Effect.Effect<void>
 }

@@ -32,7 +32,7 @@ const REMOVE_WAIT = Duration.seconds(30)
 
 /** The sandboxes' options (ModalOptions.ts), the gateway, and the bounds on calls and polls. */
 export interface ProviderConfig
-  extends Pick<ModalBackendOptions, "appName" | "cpu" | "memoryMb" | "gpu" | "region" | "sandboxTimeoutSec" | "network" | "outbound">
+  extends Pick<ModalBackendOptions, "appName" | "cpu" | "memoryMb" | "gpu" | "region" | "sandboxTimeoutSec" | "network" | "outbound" | "previewPorts">
 {
   readonly gateway: ModalGatewayService
   readonly callTimeoutMs: number
@@ -160,17 +160,19 @@ export const make = (config: ProviderConfig) => {
     )
 
   /**
-   * Creates and starts the sandbox of a computer, with its home directory. Nothing is left behind
+   * Creates and starts the sandbox of a computer, with its home directory; from a snapshot's image
+   * when `imageId` is given (a fork). Nothing is left behind
    * when a step fails or the call is given up (the gateway cancels a late create).
    */
-  const create = (metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
+  const create = (metadata: ComputerMetadata, imageId?: string): Effect.Effect<Instance, ProviderError> =>
     Effect.gen(function*() {
       const name = sandboxName(metadata.id)
       const endsAt = (yield* Clock.currentTimeMillis) + config.sandboxTimeoutSec * 1000
-      const operation = `create the sandbox ${name} from ${metadata.image}`
+      const operation = `create the sandbox ${name} from ${imageId ?? metadata.image}`
       const sandbox = yield* call(operation, gateway.create({
         appName: config.appName,
         image: metadata.image,
+        imageId,
         cpu: config.cpu,
         memoryMiB: config.memoryMb,
         gpu: config.gpu,
@@ -179,7 +181,8 @@ export const make = (config: ProviderConfig) => {
         blockNetwork: !config.network && config.outbound === undefined,
         outbound: config.outbound,
         name,
-        tags: tagsFor(metadata, endsAt)
+        tags: tagsFor(metadata, endsAt),
+        tunnelPorts: config.previewPorts
       })).pipe(Effect.catchIf((error) => error.reason === "Conflict", (error) => nameTaken(metadata, error)))
       const instance: Instance = { providerId: sandbox.sandboxId, metadata, state: "running", endsAt }
       yield* run(sandbox, "prepare the home directory", ["mkdir", "-p", "--", HOME]).pipe(
@@ -243,7 +246,7 @@ export const make = (config: ProviderConfig) => {
       )
     )
 
-  return { call, find, create, start, remove, run, watch, signal, resize }
+  return { call, find, create, start, remove, run, watch, signal, resize, withSandbox }
 }
 
 export type ModalProvider = ReturnType<typeof make>

@@ -45,7 +45,11 @@ export interface SdkOptions {
 /** The part of `ModalClient` the adapter uses. */
 export interface ModalClientLike {
   readonly apps: { readonly fromName: (name: string, params?: { createIfMissing?: boolean }) => Promise<App> }
-  readonly images: { readonly fromRegistry: (tag: string) => Image }
+  readonly images: {
+    readonly fromRegistry: (tag: string) => Image
+    readonly fromId: (imageId: string) => Promise<Image>
+    readonly delete: (imageId: string) => Promise<void>
+  }
   readonly sandboxes: {
     readonly create: (app: App, image: Image, params?: SandboxCreateParams) => Promise<Sandbox>
     readonly fromId: (sandboxId: string) => Promise<Sandbox>
@@ -124,7 +128,8 @@ export const createParams = (request: CreateSandboxRequest): SandboxCreateParams
   name: request.name,
   tags: { ...request.tags },
   ...(request.gpu === undefined ? {} : { gpu: request.gpu }),
-  ...(request.region === undefined ? {} : { regions: [request.region] })
+  ...(request.region === undefined ? {} : { regions: [request.region] }),
+  ...(request.tunnelPorts === undefined || request.tunnelPorts.length === 0 ? {} : { encryptedPorts: [...request.tunnelPorts] })
 })
 
 /** `sandbox.exec` parameters for a request: always binary streams, both piped. */
@@ -179,6 +184,11 @@ const sandboxHandle = (sandbox: Sandbox): SandboxHandle => ({
   tags: call("read the sandbox's tags", () => sandbox.getTags()),
   poll: call("poll the sandbox", () => sandbox.poll()),
   terminate: call("terminate the sandbox", () => sandbox.terminate()),
+  tunnels: call("read the sandbox's tunnels", () => sandbox.tunnels()).pipe(
+    Effect.map((tunnels) => new Map(Object.entries(tunnels).map(([port, tunnel]) => [Number(port), tunnel.url])))
+  ),
+  // Modal's default lifetime for the image (30 days): the checkpoint deletes it sooner.
+  snapshotFilesystem: call("snapshot the sandbox's filesystem", () => sandbox.snapshotFilesystem()).pipe(Effect.map((image) => image.imageId)),
   detach: Effect.sync(() => {
     try {
       sandbox.detach()
@@ -274,7 +284,9 @@ export const fromClient = (client: ModalClientLike, log: (message: string) => vo
         const refused = invalidCreate(request)
         if (refused !== undefined) return yield* invalid(`create the sandbox ${request.name}`, refused)
         const found = yield* app(request.appName)
-        const image = client.images.fromRegistry(request.image)
+        const image = request.imageId === undefined
+          ? client.images.fromRegistry(request.image)
+          : yield* call(`find the image ${request.imageId}`, () => client.images.fromId(request.imageId!))
         return sandboxHandle(yield* createSandbox(request, found, image))
       }),
     fromId: (sandboxId) => call("find the sandbox", () => client.sandboxes.fromId(sandboxId)).pipe(Effect.map(sandboxHandle)),
@@ -294,6 +306,7 @@ export const fromClient = (client: ModalClientLike, log: (message: string) => vo
           return sandboxes
         })
       }),
+    deleteImage: (imageId) => call(`delete the image ${imageId}`, () => client.images.delete(imageId)),
     close: Effect.sync(() => client.close())
   }
 }

@@ -20,7 +20,9 @@ const NOT_NEEDED = new Set([
   "modal.client.Image.arch",
   "modal.client.Sandbox.experimentalOutboundPolicy",
   "modal.client.Sandbox.includeX509Svid",
-  "modal.client.Sandbox.outboundPolicy"
+  "modal.client.Sandbox.outboundPolicy",
+  // Names a sidecar container; the sandbox's own snapshot sends "" (not on the wire in proto3).
+  "modal.task_command_router.TaskSnapshotFilesystemRequest.containerId"
 ])
 
 /** message name → field name → wire tag, parsed from the SDK's ts-proto encoders. */

@@ -37,7 +37,9 @@ const handle = (options: {
       state.terminated++
       return options.terminate ?? Effect.void
     }),
-    detach: Effect.sync(() => void state.detached++)
+    snapshotFilesystem: Effect.die("not used"),
+    detach: Effect.sync(() => void state.detached++),
+    tunnels: Effect.succeed(new Map())
   }
   return { sandbox, state }
 }
@@ -58,6 +60,7 @@ const provider = (gateway: Partial<ModalGatewayService> = {}) =>
       fromId: () => Effect.die("not used"),
       fromName: () => Effect.succeed(Option.none()),
       list: () => Effect.succeed([]),
+      deleteImage: () => Effect.die("not used"),
       close: Effect.void,
       ...gateway
     },

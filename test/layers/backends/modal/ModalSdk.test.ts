@@ -60,7 +60,9 @@ const stub = (overrides: Partial<ModalSdk.ModalClientLike["sandboxes"]> = {}): S
       fromRegistry: (tag) => {
         calls.push(["images.fromRegistry", tag])
         return image
-      }
+      },
+      fromId: () => Promise.reject(new Error("not used")),
+      delete: () => Promise.reject(new Error("not used"))
     },
     sandboxes: {
       create: (_app, _image, params) => {
