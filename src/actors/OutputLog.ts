@@ -43,11 +43,8 @@ export const DEFAULT_TAIL_BYTES = 1024 * 1024
 /** The marker that stands for `n` bytes left out of a text. */
 export const omittedMarker = (n: number): string => `[… ${n} bytes omitted …]`
 
-/**
- * The first allocation of a buffer, doubled as it fills. Small: most commands write a few bytes
- * (`echo`), and a zero-filled 16 KiB per stream per call was a measurable share of a busy server's
- * allocation (bench/http-scale.mjs); doubling keeps appends amortised O(1) all the same.
- */
+// A buffer's first allocation, doubled as it fills: most commands write a few bytes, and 16 KiB
+// zero-filled per stream per call showed in a busy server's allocation (bench/http-scale.mjs).
 const INITIAL_CAPACITY = 256
 const NEWLINE = 0x0a
 

@@ -13,7 +13,7 @@ const sample = (flag: Flag.AnyFlag): { readonly raw: string; readonly shown: unk
     integer: [String((flag.initial ?? 0) + 1), "128"],
     number: ["2.5"],
     choice: (flag.choices ?? []).filter((choice) => choice !== flag.initial),
-    list: ["first one\nsecond", "example.com\n*.example.org", "name.test=10.0.0.1", "api.test:X-Key=KEY_VAR", "/sample/a:/b"],
+    list: ["first one\nsecond", "example.com\n*.example.org", "name.test=10.0.0.1", "api.test:X-Key=KEY_VAR", "/sample/a:/b", "8000\n3000"],
     pairs: ["A=1\nB=two=2"],
     secret: ["s3cret"],
     text: ["/sample/value", "3g", "https://api.example.test"]

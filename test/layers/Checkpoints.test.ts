@@ -126,9 +126,14 @@ describeIf(bwrapWorks, "bubblewrap")("checkpoints and forks on the host backend"
       Effect.gen(function*() {
         const original = yield* computers.create("s1", { computer_id: ids("frozen") })
         // A guest that keeps writing: a frozen copy catches it at one moment, a live one mid-stream.
-        yield* sh(original, "(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i > counter; sleep 0.01; done) >/dev/null 2>&1 &")
+        // Each count is renamed into place: `echo > counter` empties the file first, and a read
+        // between the two would see "" (0).
+        yield* sh(original, "(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i > counter.new; mv counter.new counter; sleep 0.01; done) >/dev/null 2>&1 &")
         const checkpoint = yield* computers.checkpoint("s1", { computer_id: original.id })
-        assert.include(checkpoint.note, freezerHere ? "processes were frozen" : "copied live")
+        // A freeze that does not settle within its bound (a task in uninterruptible sleep on a loaded
+        // machine: seen in CI) is undone and the copy taken live, and the note says which it was.
+        if (freezerHere) assert.match(checkpoint.note ?? "", /processes were frozen|copied live/)
+        else assert.include(checkpoint.note, "copied live")
         // Thawed: the writer moves on after the copy.
         const before = Number(yield* sh(original, "cat counter"))
         yield* Effect.sleep("500 millis")

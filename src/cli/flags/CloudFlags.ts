@@ -200,6 +200,7 @@ export const modalFlags = {
   }),
   modalPreviewPort: Flag.commaList("modal-preview-port", {
     group: "modal backend options",
+    more: true,
     metavar: "PORT",
     backends: ["modal"],
     each: (item) => (/^[1-9][0-9]{0,4}$/.test(item) && Number(item) <= 65535 ? undefined : `'${item}' is not a port from 1 to 65535`),

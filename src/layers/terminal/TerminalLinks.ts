@@ -6,12 +6,13 @@
  * header. It is a credential for one process's terminal and nothing else: /mcp never accepts it,
  * and it never carries the MCP bearer token.
  */
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+import { randomBytes } from "node:crypto"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import { type TerminalGrant, TerminalLinkRefused, TerminalLinks } from "../../services/TerminalLinks.js"
+import * as Signature from "../../domain/Signature.js"
 
 /** The longest a link may live. */
 export const maxLifetimeMs = 24 * 60 * 60 * 1000
@@ -29,7 +30,6 @@ const decodePayload = Schema.decodeUnknownEither(Payload)
 
 /** The links of a server whose terminal page is at `pageUrl` (`http://host:port/terminal`). */
 export const make = (pageUrl: string, key: Uint8Array = randomBytes(32)) => {
-  const mac = (payload: string) => createHmac("sha256", key).update(payload).digest()
   const refused = (message: string) => new TerminalLinkRefused({ message })
   return TerminalLinks.of({
     issue: (grant, lifetimeMs) =>
@@ -43,15 +43,13 @@ export const make = (pageUrl: string, key: Uint8Array = randomBytes(32)) => {
           m: grant.control ? "control" : "watch",
           e: expiresAt
         })).toString("base64url")
-        return { url: `${pageUrl}#${payload}.${mac(payload).toString("base64url")}`, expires_at: new Date(expiresAt).toISOString() }
+        return { url: `${pageUrl}#${payload}.${Signature.sign(key, payload)}`, expires_at: new Date(expiresAt).toISOString() }
       }),
     verify: (token) =>
       Effect.gen(function*() {
         const [payload, signature, ...rest] = token.length > 4096 ? [] : token.split(".")
         if (payload === undefined || signature === undefined || rest.length > 0) return yield* refused("not a terminal link")
-        const given = Buffer.from(signature, "base64url")
-        const expected = mac(payload)
-        if (given.length !== expected.length || !timingSafeEqual(given, expected)) return yield* refused("the link's signature does not match")
+        if (!Signature.verify(key, payload, signature)) return yield* refused("the link's signature does not match")
         const decoded = decodePayload(Buffer.from(payload, "base64url").toString("utf8"))
         if (Either.isLeft(decoded)) return yield* refused("not a terminal link")
         const claims = decoded.right

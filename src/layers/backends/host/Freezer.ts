@@ -13,7 +13,8 @@
  * is never left frozen (the thaw runs when the copy's Scope closes, whatever its exit).
  */
 import * as Effect from "effect/Effect"
-import { mkdir, readFile, writeFile } from "node:fs/promises"
+import { constants } from "node:fs"
+import { access, mkdir, readFile, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import type { CgroupPlan } from "./Cgroups.js"
 import * as Cgroups from "./Cgroups.js"
@@ -28,7 +29,9 @@ export const withFreezer = (plan: CgroupPlan): Effect.Effect<CgroupPlan> =>
     if (mount === undefined) return plan
     const own = Cgroups.ownPaths().find((p) => p.controllers.includes("freezer"))?.path ?? "/"
     const parent = join(Cgroups.within(mount, own), "kilntainers")
-    const made = await mkdir(parent, { recursive: true }).then(() => true, () => false)
+    // Made, or there already and ours to add to: a parent another user made (a root server before
+    // an unprivileged one) is left alone, and the computer goes without a freezer.
+    const made = await mkdir(parent, { recursive: true }).then(() => access(parent, constants.W_OK)).then(() => true, () => false)
     // No limits to write (`controllers` is empty): the cgroup is only joined, frozen and removed.
     return made ? { ...plan, hierarchies: [...plan.hierarchies, { version: 1 as const, parent, controllers: [] }] } : plan
   })
