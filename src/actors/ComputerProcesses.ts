@@ -17,6 +17,7 @@ import type { ProcessRequest } from "../services/Computers.js"
 import type { ProcessHandle } from "../services/Processes.js"
 import * as Spans from "../services/Spans.js"
 import * as ProcessActor from "./ProcessActor.js"
+import { HELD_WINDOW } from "./ProcessOutput.js"
 
 /** A loss noticed this soon after a process ended explains its end; at most this many are kept. */
 const RECENT_MS = 5_000
@@ -99,17 +100,23 @@ export const make = (options: {
         // The process's span runs from spawn to exit; output of children that outlive it may follow.
         const untilExit = Effect.gen(function*() {
           const process = yield* target.spawn(request.spec)
+          const held = target.held
+          const handle = process.handle
           const actor = yield* ProcessActor.make(process, {
             id: request.id,
             computerId,
             command: request.command,
             cwd: request.spec.cwd,
             tty: request.spec.tty,
-            headBytes: request.headBytes,
-            tailBytes: request.tailBytes,
+            // Where the computer keeps the output, the actor keeps only windows in front of it.
+            headBytes: held === undefined ? request.headBytes : Math.min(request.headBytes, HELD_WINDOW.headBytes),
+            tailBytes: held === undefined ? request.tailBytes : Math.min(request.tailBytes, HELD_WINDOW.tailBytes),
             mailboxCapacity: request.mailboxCapacity,
             outputLimit: request.outputLimit,
-            onExit: request.onExit
+            onExit: request.onExit,
+            store: held === undefined || handle === undefined
+              ? undefined
+              : (stream, from, most) => held.read(handle, stream, from, most)
           })
           live.set(request.id, actor)
           yield* Deferred.succeed(started, actor)

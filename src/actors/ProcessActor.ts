@@ -7,10 +7,10 @@ import * as Effect from "effect/Effect"
 import * as PubSub from "effect/PubSub"
 import * as Queue from "effect/Queue"
 import { MailboxFull, ProcessExited, StdinClosed } from "../domain/Errors.js"
-import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions, StreamSlice } from "../domain/Process.js"
+import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions } from "../domain/Process.js"
 import { type BackendProcess, type ExitInfo, forEachEventChunk, type ProcessEvent } from "../services/Backend.js"
 import type { LiveOutput, OutputLimit, ProcessCommandError, ProcessHandle } from "../services/Processes.js"
-import { OutputLog, type OutputSlice } from "./OutputLog.js"
+import { ProcessOutput, type StoreRead } from "./ProcessOutput.js"
 import * as TerminalInput from "./TerminalInput.js"
 
 export interface ProcessActorOptions {
@@ -26,6 +26,11 @@ export interface ProcessActorOptions {
   readonly outputLimit?: OutputLimit | undefined
   /** Called once, when the process has exited and its exit is recorded. */
   readonly onExit: (actor: ProcessActor) => Effect.Effect<void>
+  /**
+   * The computer's store of this process's output (it holds its processes): then the logs are
+   * windows in front of it, and any retained byte is read from the computer.
+   */
+  readonly store?: StoreRead | undefined
 }
 
 type Command =
@@ -50,14 +55,6 @@ const LOST_PROCESS = "the backend lost the process"
 /** ps shows this much of a command line. */
 const COMMAND_SHOWN = 200
 
-const toStreamSlice = (slice: OutputSlice, total: number): StreamSlice => ({
-  text: slice.text,
-  from: slice.from,
-  next: slice.next,
-  total,
-  omitted: slice.omitted
-})
-
 /**
  * Starts the actor of a process the backend has already spawned. Its fibers live in the given
  * Scope: the drain (output to storage, terminal and subscribers, never blocked by a reader) and
@@ -69,8 +66,8 @@ export const make = (
 ): Effect.Effect<ProcessActor, never, Scope.Scope> =>
   Effect.gen(function*() {
     const startedAt = yield* Clock.currentTimeMillis
-    const stdout = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
-    const stderr = new OutputLog({ headBytes: options.headBytes, tailBytes: options.tailBytes })
+    const output = new ProcessOutput({ headBytes: options.headBytes, tailBytes: options.tailBytes }, options.store)
+    const { stderr, stdout } = output
     // A terminal's screen, and its input: the client's bytes in order with the terminal's answers.
     const terminal = options.tty ? yield* TerminalInput.make(process, options.tty) : undefined
     const screen = terminal?.screen
@@ -263,19 +260,23 @@ export const make = (
 
     const read = (opts: ReadOptions): Effect.Effect<OutputView> =>
       Effect.gen(function*() {
-        const slice = (log: OutputLog, cursor: number | undefined, maxBytes: number | undefined) =>
-          toStreamSlice(
-            cursor === undefined && opts.lines !== undefined
-              ? log.lastLines(opts.lines, maxBytes)
-              : log.read(cursor ?? 0, maxBytes),
-            log.total
-          )
-        const errors = slice(stderr, opts.stderrCursor, opts.stderrMaxBytes ?? opts.maxBytes)
-        if (!screen) return { stdout: slice(stdout, opts.stdoutCursor, opts.maxBytes), stderr: errors }
+        const slice = (stream: "stdout" | "stderr", cursor: number | undefined, maxBytes: number | undefined) =>
+          output.read(stream, {
+            cursor,
+            lines: opts.lines,
+            maxBytes,
+            mode: cursor === undefined && opts.lines !== undefined
+              ? "lines"
+              : opts.exact && output.held && cursor !== undefined
+              ? "range"
+              : "inline"
+          })
+        const errors = yield* slice("stderr", opts.stderrCursor, opts.stderrMaxBytes ?? opts.maxBytes)
+        if (!screen) return { stdout: yield* slice("stdout", opts.stdoutCursor, opts.maxBytes), stderr: errors }
         const snapshot = yield* Effect.promise(() => screen.snapshot(opts.scrollback ? { scrollback: true } : {}))
         // A TTY's raw bytes are escape-laden; they are returned only when asked for.
         const raw = opts.raw
-          ? slice(stdout, opts.stdoutCursor, opts.maxBytes)
+          ? yield* slice("stdout", opts.stdoutCursor, opts.maxBytes)
           : { text: "", from: stdout.total, next: stdout.total, total: stdout.total, omitted: 0 }
         return {
           stdout: raw,

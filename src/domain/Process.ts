@@ -38,6 +38,8 @@ export interface StreamSlice {
   readonly total: number
   /** Bytes between from and next that are not in text (evicted, or cut to fit the limit). */
   readonly omitted: number
+  /** The first byte left out that a later read can still get: where a reader pages on from. */
+  readonly resume?: number | undefined
 }
 
 /** The rendered terminal of a TTY process. */
@@ -68,4 +70,9 @@ export interface ReadOptions {
   readonly scrollback?: boolean | undefined
   /** TTY: also the raw bytes of stdout from `stdoutCursor` (escape sequences and all). */
   readonly raw?: boolean | undefined
+  /**
+   * From a cursor, exactly the bytes from there (at most maxBytes, no head and tail) where the
+   * computer keeps the output: what `stdout` with a cursor pages through.
+   */
+  readonly exact?: boolean | undefined
 }

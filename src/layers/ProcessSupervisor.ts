@@ -206,7 +206,8 @@ export const layer = Layer.scoped(
           stderrCursor: input.stderrCursor,
           lines: input.lines ?? 100,
           budget: budgetOf(input.maxBytes),
-          scrollback: input.scrollback
+          scrollback: input.scrollback,
+          exact: true
         })
         // What it was refused since it started: a read is how an agent looks back at a process.
         return {

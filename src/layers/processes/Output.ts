@@ -23,6 +23,8 @@ export interface ReadSpec {
   readonly lines?: number | undefined
   readonly budget: number
   readonly scrollback?: boolean | undefined
+  /** From the cursors, exactly the bytes there (where the computer keeps them): `stdout` paging. */
+  readonly exact?: boolean | undefined
 }
 
 /** The output of a process from cursors (or its last lines), within the budget. */
@@ -41,18 +43,23 @@ export const outputFields = (process: ProcessHandle, spec: ReadSpec): Effect.Eff
       lines: spec.stdoutCursor === undefined && spec.stderrCursor === undefined ? spec.lines : undefined,
       maxBytes: budgets.stdout,
       stderrMaxBytes: budgets.stderr,
-      scrollback: spec.scrollback
+      scrollback: spec.scrollback,
+      exact: spec.exact
     })
     const screen = view.screen
     const omittedOut = screen === undefined ? view.stdout.omitted : 0
     const omittedErr = view.stderr.omitted
     const cut = omittedOut > 0 || omittedErr > 0
+    // Where the computer keeps what was left out, a reader pages on from the first byte left out.
+    const nextOut = view.stdout.resume ?? view.stdout.next
+    const nextErr = view.stderr.resume ?? view.stderr.next
+    const more = nextOut < totals.stdout || nextErr < totals.stderr
     return {
       running,
       stdout: screen?.text ?? view.stdout.text,
       stderr: view.stderr.text,
       // A TTY's stdout is its screen: byte cursors do not read it.
-      ...(screen === undefined && (running || cut) ? { next: { stdout: view.stdout.next, stderr: view.stderr.next } } : {}),
+      ...(screen === undefined && (running || cut || more) ? { next: { stdout: nextOut, stderr: nextErr } } : {}),
       ...(cut
         ? { omitted: { ...(omittedOut > 0 ? { stdout: omittedOut } : {}), ...(omittedErr > 0 ? { stderr: omittedErr } : {}) } }
         : {}),
