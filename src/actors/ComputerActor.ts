@@ -205,7 +205,7 @@ export const make = (
         const left = life
         const wasDeleted = left._tag === "Deleted"
         if (!wasDeleted) become(ComputerLife.Closing({ instance: left.instance }))
-        yield* processes.endAll(`${label()} closed`)
+        yield* processes.release(`${label()} closed`, !options.temporary && left._tag === "Running" && left.connection.value.held !== undefined)
         yield* close(left)
         if (!wasDeleted && left.instance !== undefined) {
           const target = left.instance

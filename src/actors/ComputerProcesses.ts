@@ -28,6 +28,12 @@ export interface ComputerProcesses {
   readonly spawn: (target: Connection, request: ProcessRequest) => Effect.Effect<ProcessHandle, SpawnFailed | ProviderError>
   /** SIGTERM to every live process, a bounded grace, then the rest are killed; `ps` says why. */
   readonly endAll: (reason: string) => Effect.Effect<void>
+  /**
+   * The computer leaves this server: its processes end (`endAll`), unless the computer holds them
+   * (`keep`: a permanent computer's agent), then they are let go without a signal and run on after
+   * this server; its records of them end here, saying why.
+   */
+  readonly release: (reason: string, keep: boolean) => Effect.Effect<void>
   /** Ends every process now, because the computer was lost; those that ended lately learn why too. */
   readonly lost: (reason: string) => Effect.Effect<void>
   /** How many still run. */
@@ -144,5 +150,11 @@ export const make = (options: {
       Effect.map((statuses) => statuses.filter((status) => status === "running").length)
     )
 
-    return { spawn, endAll, lost, running }
+    const release = (reason: string, keep: boolean) => {
+      if (!keep) return endAll(reason)
+      const why = `${reason}; it runs on in the computer`
+      return Effect.zipRight(Effect.forEach([...live.values()], (actor) => actor.noteReason(why), { discard: true }), stopAll(why))
+    }
+
+    return { spawn, endAll, release, lost, running }
   })

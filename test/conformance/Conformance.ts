@@ -1,48 +1,11 @@
 import { assert, it } from "@effect/vitest"
-import { Duration, Effect, type Layer } from "effect"
-import * as Runtime from "../../src/layers/Runtime.js"
+import { Duration, Effect } from "effect"
 import { Backend, type Capabilities } from "../../src/services/Backend.js"
-import { Computers } from "../../src/services/Computers.js"
-import { Files } from "../../src/services/Files.js"
-import { decoding, Processes } from "../../src/services/Processes.js"
-import { Settings, type SettingsShape } from "../../src/services/Settings.js"
 import { describeIf } from "../support/Requirements.js"
+import { type ConformanceTarget, needing, run, services } from "./ConformanceRun.js"
+import { durableCases } from "./Durable.js"
 
-export interface ConformanceTarget {
-  /** A fresh backend layer (a new server instance over the same provider state). */
-  readonly backend: () => Layer.Layer<Backend, unknown>
-  readonly settings?: Partial<SettingsShape>
-  /** The backend can run here (else: skipped locally, a failure under CI=true). */
-  readonly available: boolean
-  readonly requirement: string
-  /** The computer's filesystem keeps permission bits (not WASM's: any file may be run). */
-  readonly fileModes?: boolean
-}
-
-type Services = Processes | Computers | Files | Backend
-
-const run = <A, E>(target: ConformanceTarget, body: Effect.Effect<A, E, Services>) =>
-  body.pipe(Effect.provide(Runtime.layer(Settings.make({ killGraceMs: 500, ...target.settings }), target.backend())))
-
-/**
- * A case that needs a capability runs only on backends that declare it — and must then pass: a
- * backend that claims what it does not deliver fails here.
- */
-const needing = <A, E>(
-  target: ConformanceTarget,
-  capabilities: ReadonlyArray<keyof Capabilities>,
-  body: Effect.Effect<A, E, Services>
-) =>
-  (context: { readonly skip: (note?: string) => void }) =>
-    run(target, Effect.gen(function*() {
-      const backend = yield* Backend
-      const missing = capabilities.filter((capability) => !backend.capabilities[capability])
-      if (missing.length > 0) return context.skip(`${backend.name} does not declare ${missing.join(", ")}`)
-      return yield* body
-    }))
-
-/** The services as a client uses them: inputs as plain values, decoded on the way in. */
-const services = Effect.all({ processes: Effect.map(Processes, decoding), computers: Computers, files: Files })
+export type { ConformanceTarget } from "./ConformanceRun.js"
 
 /**
  * One suite of process and computer behaviours, run against every backend alike. A backend's
@@ -289,4 +252,6 @@ export const conformance = (name: string, target: ConformanceTarget) =>
         }
         yield* processes.kill("u", { id: running.pid, signal: "SIGKILL" }).pipe(Effect.ignore)
       })), 120_000)
+
+    durableCases(target)
   })
