@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { EventEmitter } from "node:events"
 import { PassThrough, type Duplex, type Writable } from "node:stream"
-import { ProviderError, providerError } from "../../../domain/Errors.js"
+import { asProviderError, type ProviderError, providerError } from "../../../domain/Errors.js"
 import { fromStream } from "../agent/AgentChannel.js"
 import * as AgentClient from "../agent/AgentClient.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
@@ -68,15 +68,6 @@ class ExecAgent extends EventEmitter implements AgentClient.AgentProcess {
     return true
   }
 }
-
-/**
- * An error of the shared agent client as this backend's ProviderError (the agent folder is being
- * ported to ProviderError as well: one that already is one is kept as it is).
- */
-export const asProviderError = (backend: string, operation: string) => (error: { readonly message: string }): ProviderError =>
-  error instanceof ProviderError
-    ? error
-    : providerError(backend, operation, "Unavailable", "reason" in error && typeof error.reason === "string" ? error.reason : error.message, error)
 
 /**
  * Copies the agent into the container and starts it; the agent (and every process it started)

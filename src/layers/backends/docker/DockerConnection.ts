@@ -20,7 +20,7 @@ import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
-import { type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import { asProviderError, type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
 import type { ComputerEgress } from "../../egress/Egress.js"
 import type * as AgentClient from "../agent/AgentClient.js"
@@ -177,7 +177,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
         }
         if (Option.isNone(agent)) return DockerExec.spawn(host, spec)
         return AgentProcesses.spawn(engine.name, agent.value, spec).pipe(
-          Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
+          Effect.mapError((error) => error instanceof SpawnFailed ? error : asProviderError(engine.name, "start the process")(error))
         )
       })
     // Without the agent (an image that cannot run it) there is no channel to a port inside.
