@@ -107,6 +107,9 @@ const startAgent = (context: ConnectionContext, instance: Instance, user: string
     }).pipe(Scope.extend(scope), Effect.either)
     if (started._tag === "Right") return Option.some(started.right)
     yield* Scope.close(scope, Exit.void)
+    // A container whose mounts a computer swapped fails for that (one clear error, naming the
+    // mount), not for its image: other computers of the image keep their agent.
+    yield* context.containers.checkMounts(instance.providerId)
     // A container that cannot run the agent still works through Engine exec (withoutAgent); one that
     // is not running cannot be connected to at all.
     const state = yield* context.containers.inspectState(instance.providerId)
