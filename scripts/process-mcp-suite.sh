@@ -12,7 +12,8 @@
 #     REV   the revision (default HEAD)
 # Needs: npm run build (and what the host backend needs: bubblewrap).
 # Our documented supersets fail two of its twelve tests by design: we list more than its five
-# tools, and stdin works on pipes too (its test expects "not_tty").
+# tools, and stdin works on pipes too (its test expects "not_tty"). Exit status 0 when no other test
+# fails, 1 otherwise (.ci/run runs this when it is given a clone).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 backend=host
@@ -37,7 +38,30 @@ sed -i "s#args: \[\"dist/index.js\"\]#args: [\"$bin\", \"--state-dir\", \"$state
 "$root/node_modules/.bin/esbuild" "$work/host.test.ts" --format=esm --platform=node --outfile="$work/host.test.mjs" --log-level=warning
 echo "== process-mcp $(git -C "$repo" rev-parse --short "$rev"): test/host.test.ts against $bin on the $backend backend"
 set +e
-(cd "$root" && node --test --test-reporter=spec "$work/host.test.mjs")
-status=$?
+(cd "$root" && node --test --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=tap --test-reporter-destination="$work/report.tap" "$work/host.test.mjs")
 set -e
-exit $status
+# The failures, from the TAP report: a suite that failed only through its tests is not one of them.
+python3 - "$work/report.tap" "$backend" <<'EOF'
+import re, sys
+documented = {
+    "should list all 5 tools": "we have more tools than its five",
+    "should reject stdin for non-TTY process": "stdin works on pipes too",
+}
+lines = open(sys.argv[1], encoding="utf-8").read().split("\n")
+results = []
+for i, line in enumerate(lines):
+    m = re.match(r"^\s*(ok|not ok) \d+ - (.*?)(?: # (SKIP|TODO).*)?$", line)
+    if m is None:
+        continue
+    block = "\n".join(lines[i + 1:i + 8])
+    if "failureType: 'subtestsFailed'" in block or re.search(r"^\s*type: 'suite'", block, re.M):
+        continue
+    results.append((m.group(1) == "ok" and m.group(3) is None, m.group(2)))
+failing = [name for ok, name in results if not ok]
+unexplained = [name for name in failing if name not in documented]
+print(f"process-mcp on {sys.argv[2]}: {len(results) - len(failing)} of {len(results)} passed")
+for name in failing:
+    print(f"  {name}: {'a documented superset (' + documented[name] + ')' if name in documented else 'FAILED, and is no documented superset'}")
+sys.exit(1 if unexplained or not results else 0)
+EOF

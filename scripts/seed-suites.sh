@@ -17,6 +17,9 @@
 # asks whether one answers, whatever the backend), and for docker/podman the image
 # (KILNTAINERS_IMAGE, default debian:bookworm-slim) on that engine.
 # Environment: KILNTAINERS_BIN (another built CLI), PYTHON (default /usr/bin/python3).
+# Exit status 0 when every test passed but the documented supersets (README, "From the command
+# line"): the tools/list test expects their set of tools and we have more. Any other failure, error
+# or skip is status 1 (.ci/run runs this when it is given a clone).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 backend=host
@@ -59,7 +62,17 @@ suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
 total, failed, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
 passed = total - failed - errors - skipped
 print(f"seed suites at {sys.argv[2]} on {sys.argv[3]}: {passed} of {total} passed ({failed} failed, {errors} errors, {skipped} skipped)")
-sys.exit(0 if passed == total else 1)
+# Failing by design, as the README lists them: we have more tools than their set.
+documented = {"test_full_mcp_initialize_and_tools_list"}
+failing = {case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None or case.find("error") is not None}
+unexplained = sorted(failing - documented)
+for name in sorted(failing & documented):
+    print(f"  {name}: a documented superset (we have more tools than their set)")
+for name in unexplained:
+    print(f"  {name}: FAILED, and is no documented superset")
+if skipped:
+    print(f"  {skipped} skipped: every test must run")
+sys.exit(0 if not unexplained and not skipped and passed == total - len(failing & documented) else 1)
 EOF
 done
 exit $status

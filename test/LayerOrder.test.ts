@@ -21,7 +21,7 @@ const LEVELS: ReadonlyArray<ReadonlyArray<readonly [string, ReadonlyArray<string
   [["backends' shared parts", ["layers/backends/ProcessEvents.ts", "layers/backends/WrapperHeader.ts", "layers/backends/HandedDescriptors.ts"]]],
   [["the held mounts", ["layers/backends/mounts/"]]],
   [["the in-computer agent's client", ["layers/backends/agent/"]]],
-  ["host", "docker", "e2b", "fly", "modal", "wasm"].map((name) => [name, [`layers/backends/${name}/`]] as const),
+  ["host", "docker", "e2b", "fly", "kubernetes", "modal", "wasm"].map((name) => [name, [`layers/backends/${name}/`]] as const),
   [["kernel layers", ["layers/"]]],
   [["mcp", ["layers/mcp/"]]],
   [["composition root", ["layers/Main.ts"]]],
@@ -102,6 +102,7 @@ describe("the layer order", () => {
     assert.match(violation("actors/ComputerActor.ts", "layers/tracing/Tracing.ts") ?? "", /a layer above/)
     assert.match(violation("layers/egress/Egress.ts", "layers/backends/agent/Relay.ts") ?? "", /a layer above/)
     assert.match(violation("layers/backends/host/Cgroups.ts", "layers/backends/docker/DockerRunFlags.ts") ?? "", /a sibling/)
+    assert.match(violation("layers/backends/kubernetes/KubeConnection.ts", "layers/backends/docker/DockerAgent.ts") ?? "", /a sibling/)
     assert.match(violation("services/Processes.ts", "actors/ProcessActor.ts") ?? "", /a layer above/)
     assert.match(violation("layers/backends/docker/DockerExec.ts", "layers/ComputerRegistry.ts") ?? "", /a layer above/)
     assert.match(violation("layers/ProcessSupervisor.ts", "layers/mcp/Tool.ts") ?? "", /a layer above/)

@@ -169,6 +169,7 @@ export const toSettings = (values: FlagValues, sources?: { readonly dockerContai
         cpus: values.flyCpus,
         memoryMb: values.flyMemory,
         rootfsSizeGb: values.flyRootfsSize,
+        previewPorts: values.flyPreviewPort.map(Number),
         apiUrl: values.flyApiUrl ?? defaultSettings.fly.apiUrl,
         rateLimit: { perSecond: values.flyRateLimit, burst: values.flyRateBurst }
       },

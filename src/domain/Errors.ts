@@ -117,6 +117,16 @@ export const providerError = (
   cause?: unknown
 ): ProviderError => new ProviderError({ backend, operation, reason, detail, ...(cause === undefined ? {} : { cause }) })
 
+/**
+ * A failure of an agent-backed provider's call as a ProviderError (Unavailable, with its `reason` or
+ * its message as the detail); a ProviderError passes through unchanged. Docker and Kubernetes map
+ * their agents' failures with it.
+ */
+export const asProviderError = (backend: string, operation: string) => (error: { readonly message: string }): ProviderError =>
+  error instanceof ProviderError
+    ? error
+    : providerError(backend, operation, "Unavailable", "reason" in error && typeof error.reason === "string" ? error.reason : error.message, error)
+
 /** The computer exists but cannot run anything now (being restarted, lost, deleted). */
 export class ComputerUnavailable extends Schema.TaggedError<ComputerUnavailable>()("ComputerUnavailable", {
   id: Schema.String,

@@ -1,11 +1,14 @@
 /**
  * Preview URLs: a port inside a computer served to a person's browser on the server's preview
  * origin (`--preview-host`/`--preview-port`), through the computer's own channel (the agent's relay),
- * so the computer needs no network. URLs are signed, expire, and are revoked by `unexpose`.
+ * so the computer needs no network. URLs are signed, expire, and are revoked by `unexpose`. The
+ * terminal page of a signed link is served on the same origin when the listener runs.
  */
 import * as Context from "effect/Context"
 import type * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import type { IncomingMessage, ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
 import type { ComputerNotFound } from "../domain/Errors.js"
 import type { ComputerError } from "./Computers.js"
@@ -52,4 +55,15 @@ export class Previews extends Context.Tag("kilntainers/services/Previews")<Previ
   readonly verify: (path: string) => Effect.Effect<PreviewTarget, string>
   /** Tracks a proxied connection of a preview: closed when the preview is revoked or expires; false when it is at its limit. */
   readonly track: (id: string, close: () => void) => Effect.Effect<(() => void) | undefined>
+  /** The preview origin (`http://host:port`) when the preview listener runs, else undefined. */
+  readonly origin: Effect.Effect<string | undefined>
+  /**
+   * Serves the terminal page's paths (`/terminal`, `/terminal/…`) on the preview origin with this
+   * handler for the life of the Scope: the page of a signed link lives on the same origin as
+   * previews, apart from /mcp's. Nothing when the listener does not run.
+   */
+  readonly mountTerminal: (handler: NodeHandler) => Effect.Effect<void, never, Scope.Scope>
 }>() {}
+
+/** A Node request handler (the terminal page's routes, made by the HTTP server). */
+export type NodeHandler = (request: IncomingMessage, response: ServerResponse) => void

@@ -20,6 +20,8 @@ export interface FlySettings {
   readonly memoryMb: number
   /** --fly-rootfs-size (GB) */
   readonly rootfsSizeGb: number | undefined
+  /** --fly-preview-port: ports inside new machines that Fly's proxy serves (machine services), for preview URLs. */
+  readonly previewPorts?: ReadonlyArray<number> | undefined
   /** default https://api.machines.dev */
   readonly apiUrl: string
   /** --fly-rate-limit / --fly-rate-burst: requests per second and burst per action and machine that we allow ourselves (Fly documents 1 and 3). */

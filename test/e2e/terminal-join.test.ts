@@ -4,7 +4,8 @@
  * real kilntainers HTTP server through the MCP SDK `Client` the agent uses too. The agent runs vim
  * in a terminal on a host computer; the person watches it read-only, takes over, types text and
  * `:w`, hands back, and the agent's next `stdout` shows it and the file has it. Then the
- * standalone page of a signed link: watch-only, refused when changed, never an MCP credential.
+ * standalone page of a signed link, on the preview origin (`--preview-port`) like previews:
+ * watch-only, refused when changed, refused on /mcp's origin, never an MCP credential.
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
@@ -29,6 +30,8 @@ describeIf(
   `bubblewrap, a built CLI, Chromium (${chromiumPath}) and vim`
 )("a terminal a person can join", () => {
   let server: HttpServerProcess
+  /** The preview origin, where the terminal page of a signed link is served. */
+  let previewBase: string
   let client: Client
   let http: Server
   let browser: Browser
@@ -52,7 +55,8 @@ describeIf(
   const terminalCalls = (action: string) => relayed.filter((c) => c.name === "terminal" && c.args.action === action)
 
   beforeAll(async () => {
-    server = await startHttpServer(["--backend", "host"], { KILNTAINERS_AUTH_TOKEN: token })
+    server = await startHttpServer(["--backend", "host", "--preview-port", "0"], { KILNTAINERS_AUTH_TOKEN: token })
+    previewBase = await until("the preview origin in the log", async () => /preview URLs at (http:\/\/[^/\s]+)\/p\//.exec(server.stderr())?.[1], (o) => o !== undefined) as string
     client = new Client({ name: "terminal-join-test", version: "1.0.0" })
     await client.connect(new StreamableHTTPClientTransport(new URL(server.url), { requestInit: { headers: { authorization: `Bearer ${token}` } } }))
     const created = await call("computer_create", { computer_id: computerId, temporary: true })
@@ -169,7 +173,8 @@ describeIf(
     const linked = await call("terminal", { id: pid, computer_id: computerId, minutes: 5 })
     assert.isFalse(linked.isError, linked.text)
     const url: string = linked.structured.url
-    assert.isTrue(url.startsWith(`http://127.0.0.1:${server.port}/terminal#`), url)
+    assert.isTrue(url.startsWith(`${previewBase}/terminal#`), url)
+    assert.notStrictEqual(previewBase, `http://127.0.0.1:${server.port}`)
     const link = url.slice(url.indexOf("#") + 1)
 
     const standalone = await browser.newPage({ viewport: { width: 900, height: 600 } })
@@ -186,7 +191,7 @@ describeIf(
     assert.notInclude(standalone.url(), "#")
     assert.deepEqual(errors, [])
 
-    const base = `http://127.0.0.1:${server.port}`
+    const base = previewBase
     const post = (header: string, body: unknown) =>
       fetch(`${base}/terminal/input`, { method: "POST", headers: { "x-kilntainers-link": header, "content-type": "application/json" }, body: JSON.stringify(body) })
     const watchOnly = await post(link, { action: "take" })
@@ -218,6 +223,37 @@ describeIf(
     assert.strictEqual((await fetch(`${base}/terminal/stream`)).status, 401)
     await standalone.close()
   }, 90_000)
+
+  it("the /mcp origin refuses the terminal page and its stream, even with a valid link", async () => {
+    const linked = await call("terminal", { id: pid, computer_id: computerId, control: true, minutes: 5 })
+    assert.isFalse(linked.isError, linked.text)
+    const url: string = linked.structured.url
+    const link = url.slice(url.indexOf("#") + 1)
+    const mcpBase = `http://127.0.0.1:${server.port}`
+    const onMcp = [
+      await fetch(`${mcpBase}/terminal`),
+      await fetch(`${mcpBase}/terminal/stream`, { headers: { "x-kilntainers-link": link } }),
+      await fetch(`${mcpBase}/terminal/input`, {
+        method: "POST",
+        headers: { "x-kilntainers-link": link, "content-type": "application/json" },
+        body: JSON.stringify({ action: "take" })
+      })
+    ]
+    for (const refused of onMcp) {
+      assert.strictEqual(refused.status, 403)
+      assert.strictEqual(((await refused.json()) as { error: string }).error, `the terminal page is served on the preview origin only (${previewBase}/terminal)`)
+    }
+    // the same link works on the preview origin: it streams the terminal's views
+    const controller = new AbortController()
+    const streamed = await fetch(`${previewBase}/terminal/stream`, { headers: { "x-kilntainers-link": link }, signal: controller.signal })
+    assert.strictEqual(streamed.status, 200)
+    assert.strictEqual(streamed.headers.get("content-type"), "text/event-stream")
+    const first = new TextDecoder().decode((await streamed.body!.getReader().read()).value)
+    assert.match(first, /^event: grant\ndata: \{"pid":"[^"]+","computer_id":"[^"]+","control":true/)
+    controller.abort()
+    // and the preview origin serves no /mcp
+    assert.strictEqual((await fetch(`${previewBase}/mcp`, { method: "POST", headers: { authorization: `Bearer ${token}` } })).status, 404)
+  }, 60_000)
 
   it("a control link's page takes over and types; the agent reads it", async () => {
     const linked = await call("terminal", { id: pid, computer_id: computerId, control: true })

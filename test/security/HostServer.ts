@@ -1,6 +1,7 @@
 /**
  * The built CLI as a host-backend stdio MCP server, run the two ways the security suite attacks it:
- * as root, and as an unprivileged user (a uid with no account, through `setpriv`). Either way it
+ * as root, and as an unprivileged user (a uid with no account, through `setpriv`; on the Docker
+ * backend that uid keeps the group of the engine's socket, as a user in the `docker` group). Either way it
  * starts with a session keyring of its own that holds a secret key, `kt-test-server-secret`, so
  * tests can check that computers do not possess the server's keyrings.
  */
@@ -8,7 +9,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
 import { spawnSync } from "node:child_process"
-import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -24,6 +25,29 @@ const works = (command: string, args: ReadonlyArray<string>) => spawnSync(comman
 
 /** The modes this machine can run: root needs the tests to run as root; unprivileged is setpriv's uid then, else our own. */
 export const modes: ReadonlyArray<Mode> = runningAsRoot ? ["root", "unprivileged"] : ["unprivileged"]
+
+/** The group that may use the Docker engine's socket (the `docker` group), when there is one. */
+export const engineSocketGroup = ((): number | undefined => {
+  try {
+    const socket = statSync("/var/run/docker.sock")
+    return (socket.mode & 0o060) === 0o060 && socket.gid !== 0 ? socket.gid : undefined
+  } catch {
+    return undefined
+  }
+})()
+
+/**
+ * `setpriv`'s arguments that make a command run as the unprivileged uid (none unless the tests run as
+ * root): no supplementary groups but, on Docker, the engine socket's.
+ */
+export const dropPrivileges = (mode: Mode, backend: "host" | "docker"): ReadonlyArray<string> =>
+  mode === "unprivileged" && runningAsRoot
+    ? [
+      "setpriv", "--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED),
+      ...(backend === "docker" && engineSocketGroup !== undefined ? ["--groups", String(engineSocketGroup)] : ["--clear-groups"]),
+      "--"
+    ]
+    : []
 
 /** Whether the unprivileged uid can run the built CLI from this checkout (it must reach the files). */
 const unprivilegedCanRun = () =>
@@ -61,7 +85,8 @@ export interface HostServer {
 }
 
 /**
- * The built CLI as a stdio server of `backend` (host unless said; the Docker backend only as root).
+ * The built CLI as a stdio server of `backend` (host unless said; the Docker backend as an
+ * unprivileged user only where the engine's socket has a group: `engineSocketGroup`).
  * `bin`: the built CLI to run, by default this checkout's (another copy must be readable by the unprivileged uid).
  */
 export const startHostServer = async (
@@ -73,7 +98,7 @@ export const startHostServer = async (
   const stateDir = mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
   const drop = mode === "unprivileged" && runningAsRoot
   if (drop) chownSync(stateDir, UNPRIVILEGED, UNPRIVILEGED)
-  const setpriv = drop ? ["setpriv", "--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED), "--clear-groups", "--"] : []
+  const setpriv = dropPrivileges(mode, backend)
   const transport = new StdioClientTransport({
     command: "python3",
     args: ["-c", KEYRING_WRAPPER, ...setpriv, process.execPath, bin, "--backend", backend, "--state-dir", stateDir, ...args],

@@ -2,16 +2,20 @@
  * The attacks on the user's shared directories (issue 19): a project directory mounted into
  * computers, a private directory of the server's user next to it that no computer may ever see, and
  * the servers they run against — the built CLI on the host backend as root and as an unprivileged
- * user (HostServer.ts), and on the Docker backend as root (an unprivileged user cannot reach the
- * engine's socket here). Every path is made fresh per test, under a directory every user can enter.
+ * user (HostServer.ts), and on the Docker backend as root (the server stages each mount from the
+ * objects it holds) and as an unprivileged user in the engine socket's group (the engine binds
+ * paths, each checked before a container starts: a computer whose mounts were swapped is refused
+ * its start, naming the mount). Every path is made fresh per test, under a directory every user can
+ * enter.
  */
+import { assert } from "vitest"
 import { spawnSync } from "node:child_process"
 import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { binPath } from "../support/McpHarness.js"
 import { dockerWorks, TEST_IMAGE } from "../support/Docker.js"
-import { type HostServer, type Mode, modes, runningAsRoot, startHostServer, UNPRIVILEGED } from "./HostServer.js"
+import { dropPrivileges, engineSocketGroup, type HostServer, type Mode, modes, runningAsRoot, startHostServer, UNPRIVILEGED } from "./HostServer.js"
 
 /** Where a server of the attack runs. */
 export interface Target {
@@ -20,11 +24,20 @@ export interface Target {
   readonly name: string
 }
 
-/** Host as root and as an unprivileged user; Docker as root, where its engine answers. */
+/**
+ * Host as root and as an unprivileged user; Docker, where its engine answers, as root and as an
+ * unprivileged user with the engine socket's group.
+ */
 export const targets: ReadonlyArray<Target> = [
   ...modes.map((mode): Target => ({ backend: "host", mode, name: `host, server run as ${mode === "root" ? "root" : "an unprivileged user"}` })),
-  ...(runningAsRoot && dockerWorks ? [{ backend: "docker", mode: "root", name: "docker, server run as root" } as const] : [])
+  ...(runningAsRoot && dockerWorks ? [{ backend: "docker", mode: "root", name: "docker, server run as root" } as const] : []),
+  ...(runningAsRoot && dockerWorks && engineSocketGroup !== undefined
+    ? [{ backend: "docker", mode: "unprivileged", name: "docker, server run as an unprivileged user in the engine's group" } as const]
+    : [])
 ]
+
+/** Whether the engine binds `target`'s mounts by path, checked before each start, rather than from staged copies. */
+const checkedPaths = (target: Target) => target.backend === "docker" && target.mode === "unprivileged"
 
 /** A fresh project for one attack: `project` is mounted, `secret` (in `private`) must never be seen. */
 export interface Project {
@@ -84,6 +97,30 @@ export const sh = async (server: HostServer, computer: string, script: string) =
   return { stdout: out.stdout, stderr: out.stderr, all: `${out.stdout}${out.stderr}`, code: out.exit_code }
 }
 
+/**
+ * Restarts computer `id` after its guest changed the shared directory. Where the engine binds checked
+ * paths the restart may be refused, with a reason naming the swapped mount (the next call makes the
+ * computer afresh, with the directories the server holds); everywhere else it must succeed.
+ */
+export const restartAfterSwap = async (server: HostServer, target: Target, id: string) => {
+  const restarted = await server.call("computer_restart", { computer_id: id })
+  if (restarted.isError && checkedPaths(target)) assert.match(restarted.text, /mounts no longer match the host \(\S+:\/home\/agent\//, restarted.text)
+  else assert.isFalse(restarted.isError, `the restart failed: ${restarted.text}`)
+}
+
+/**
+ * Whether computer `id` runs after its guest swapped a path of the shared directory: true when it
+ * does. Where the engine binds checked paths it may instead be refused, with a reason naming the
+ * mount (false). Everywhere else it must run.
+ */
+export const runsAfterSwap = async (server: HostServer, target: Target, id: string): Promise<boolean> => {
+  const first = await server.call("sandbox_exec", { command: "echo up", computer_id: id, timeout: 60 })
+  if (!first.isError) return true
+  assert.isTrue(checkedPaths(target), `the computer did not start: ${first.text}`)
+  assert.match(first.text, /mounts no longer match the host \(\S+:\/home\/agent\/.*factory-reset/, first.text)
+  return false
+}
+
 /** A computer id unique to this run. */
 export const computerId = (what: string) => `${what}-${process.pid}-${Math.random().toString(36).slice(2, 6)}`
 
@@ -109,9 +146,7 @@ export const setidFiles = (dir: string): Array<string> => {
 export const runCli = (target: Target, args: ReadonlyArray<string>, stateDir: string) => {
   mkdirSync(stateDir, { recursive: true, mode: 0o700 })
   chownSync(stateDir, serverUid(target), serverUid(target))
-  const setpriv = target.mode === "unprivileged" && runningAsRoot
-    ? ["setpriv", "--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED), "--clear-groups", "--"]
-    : []
+  const setpriv = dropPrivileges(target.mode, target.backend)
   const command = [...setpriv, process.execPath, binPath, "--backend", target.backend, "--state-dir", stateDir, ...args]
   const result = spawnSync(command[0]!, command.slice(1), {
     input: "",

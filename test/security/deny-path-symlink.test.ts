@@ -2,13 +2,15 @@
  * Issue 19, item 5: a guest stopping every new computer from starting. After moving a denied
  * directory's parent away, the guest leaves symlinks (absolute, and dangling) where the denied
  * paths were. The restarted computer and new ones must still start, with the rules on the objects
- * where they are now.
+ * where they are now. Where the engine binds checked paths the swapped computer itself may be
+ * refused, naming the mount; the computers made after it start (a failed agent install of the
+ * swapped one must not be taken for its image's).
  */
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import { describeIf } from "../support/Requirements.js"
 import type { HostServer } from "./HostServer.js"
 import { requirements, requirementsMet } from "./HostServer.js"
-import { computerId, makeProject, type Project, sh, startServer, targets } from "./SharedDirectory.js"
+import { computerId, makeProject, restartAfterSwap, runsAfterSwap, type Project, sh, startServer, targets } from "./SharedDirectory.js"
 
 describeIf(requirementsMet, requirements)("symlinks left at deny paths", () => {
   for (const target of targets) {
@@ -32,9 +34,9 @@ describeIf(requirementsMet, requirements)("symlinks left at deny paths", () => {
         const id = computerId("dos")
         const left = await sh(server, id, `cd ~/app && mv sub s0 && mkdir sub && ln -s /nonexistent-kt-${process.pid} sub/locked && ln -s /etc sub/hidden.txt && echo left`)
         assert.strictEqual(left.stdout, "left\n", left.all)
-        const restarted = await server.call("computer_restart", { computer_id: id })
-        assert.isFalse(restarted.isError, `the restart failed: ${restarted.text}`)
-        for (const computer of [id, computerId("fresh"), computerId("fresh")]) {
+        await restartAfterSwap(server, target, id)
+        const swapped = (await runsAfterSwap(server, target, id)) ? [id] : []
+        for (const computer of [...swapped, computerId("fresh"), computerId("fresh")]) {
           const seen = await sh(server, computer, "echo started; cat ~/app/s0/hidden.txt; echo changed > ~/app/s0/locked/l.txt; echo end")
           assert.include(seen.stdout, "started\n", `${computer} did not start: ${seen.all}`)
           assert.notInclude(seen.all, project.secretText)

@@ -10,7 +10,8 @@
  * takes `stopDelayMs`, during which the machine is `stopping` and cannot be started), `metadata.*`
  * filters on list, `/wait` answering a WaitMachineResponse or 408 on timeout (waiting for `stopped`
  * needs `instance_id`, as the docs say; without it, 400), exec answering 200 with `exit_code` also
- * when the command fails, `config.files` and `config.init`, and documented statuses: a taken name
+ * when the command fails, `config.files` and `config.init`, `config.services` checked as Fly does
+ * (FlyFakeServices.ts, which also routes a public port), and documented statuses: a taken name
  * is 422, an action on a machine in the wrong state is 400 (`failed_precondition`); 409 and 412
  * (a lease or capacity conflict, a version or volume precondition) come from `failNext`.
  *
@@ -18,6 +19,7 @@
  * machine; Get Machine 5/s, burst 10), and a refusal carries `Retry-After` only every other time
  * (`retryAfter: "alternate"`), so clients must cope without it.
  *
+ * The routes of one machine are FlyFakeMachineRoutes.ts, the buckets FlyFakeLimits.ts.
  * Machines really run (FlyFakeVm.ts); by default processes an exec leaves behind are killed when
  * it ends. Faults for tests: the next N requests fail or are delayed, or are done and then
  * answered with an error (`failAfter`: the answer is lost, not the work, as when Fly's proxy gives
@@ -31,9 +33,12 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+export type { RateLimit } from "./FlyFakeLimits.js"
 import { checkRequest, checkResponse } from "./contracts/fly/OpenApiContract.js"
-import type { ExecChildren } from "./FlyFakeVm.js"
-import { FakeVm } from "./FlyFakeVm.js"
+import { Buckets, FLY_LIMIT, GET_LIMIT, type RateLimit } from "./FlyFakeLimits.js"
+import { type ExecChildren, FakeVm } from "./FlyFakeVm.js"
+import { type MachineControls, machineRoute } from "./FlyFakeMachineRoutes.js"
+import { invalidServices } from "./FlyFakeServices.js"
 
 export interface FakeMachine {
   readonly id: string
@@ -59,11 +64,6 @@ export interface FakeRequest {
   readonly at: number
 }
 
-export interface RateLimit {
-  readonly perSecond: number
-  readonly burst: number
-}
-
 export interface FlyFakeOptions {
   readonly token: string
   readonly app: string
@@ -79,8 +79,6 @@ export interface FlyFakeOptions {
   readonly stopDelayMs?: number
 }
 
-const FLY_LIMIT: RateLimit = { perSecond: 1, burst: 3 }
-const GET_LIMIT: RateLimit = { perSecond: 5, burst: 10 }
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 export class FlyFake {
@@ -94,7 +92,7 @@ export class FlyFake {
   bootDelayMs: number
   stopDelayMs: number
   private refusals = 0
-  private readonly buckets = new Map<string, { tokens: number; last: number }>()
+  private readonly buckets = new Buckets()
   private faults: Array<{ count: number; status: number; match: RegExp | undefined }> = []
   private delays: Array<{ count: number; ms: number; match: RegExp | undefined }> = []
   private lost: Array<{ count: number; status: number; match: RegExp | undefined }> = []
@@ -106,6 +104,15 @@ export class FlyFake {
     })
   })
   private readonly ticker: ReturnType<typeof setInterval>
+  /** What the routes of one machine (FlyFakeMachineRoutes.ts) may do to it. */
+  private readonly controls: MachineControls = {
+    launch: (machine) => this.launch(machine),
+    stop: (machine, then) => this.stop(machine, then),
+    destroy: (machine) => this.destroy(machine),
+    view: (machine) => this.view(machine),
+    waitFor: (machine, state, timeoutMs) => this.waitFor(machine, state, timeoutMs),
+    execChildren: () => this.execChildren
+  }
   url = ""
 
   constructor(readonly options: FlyFakeOptions) {
@@ -276,19 +283,7 @@ export class FlyFake {
 
   /** A token of the action's bucket, or the seconds until one is there. */
   private limited(action: string, scope: string): number | undefined {
-    const limit = action === "GET machine" ? (this.rateLimit && GET_LIMIT) : this.rateLimit
-    if (limit === undefined) return undefined
-    const key = `${action} ${scope}`
-    const now = Date.now()
-    const bucket = this.buckets.get(key) ?? { tokens: limit.burst, last: now }
-    bucket.tokens = Math.min(limit.burst, bucket.tokens + ((now - bucket.last) / 1000) * limit.perSecond)
-    bucket.last = now
-    this.buckets.set(key, bucket)
-    if (bucket.tokens >= 1) {
-      bucket.tokens -= 1
-      return undefined
-    }
-    return Math.max(1, Math.ceil((1 - bucket.tokens) / limit.perSecond))
+    return this.buckets.take(`${action} ${scope}`, action === "GET machine" ? (this.rateLimit && GET_LIMIT) : this.rateLimit)
   }
 
   private async handle(request: IncomingMessage, response: ServerResponse) {
@@ -369,6 +364,8 @@ export class FlyFake {
       }
       const config = body["config"]
       if (typeof config?.image !== "string" || config.image === "") return reply(400, { error: "invalid_argument: config.image is required" })
+      const badServices = invalidServices(config["services"])
+      if (badServices !== undefined) return reply(400, { error: `invalid_argument: ${badServices}` })
       const name = typeof body["name"] === "string" && body["name"] !== "" ? body["name"] : `machine-${randomBytes(4).toString("hex")}`
       if (this.byName(name)) return reply(422, { error: `already_exists: unable to create machine: machine name "${name}" is already in use` })
       const id = randomBytes(7).toString("hex")
@@ -393,69 +390,7 @@ export class FlyFake {
     }
     const machine = this.machines.get(machineId)
     if (machine === undefined) return reply(404, { error: "machine not found" })
-    const precondition = (what: string) => reply(400, { error: `failed_precondition: unable to ${what}: machine is ${machine.state}` })
-    switch (`${method} ${sub ?? ""}`) {
-      case "GET ":
-        return reply(200, this.view(machine))
-      case "DELETE ": {
-        if (machine.state === "destroyed") return reply(404, { error: "machine not found" })
-        const force = url.searchParams.get("force") === "true"
-        if (machine.state === "started" && !force) return precondition("destroy machine, not currently stopped")
-        this.destroy(machine)
-        return reply(200, {})
-      }
-      case "GET wait": {
-        const state = url.searchParams.get("state") ?? "started"
-        if (state === "stopped" && !url.searchParams.get("instance_id")) {
-          return reply(400, { error: "invalid_argument: instance_id is required when waiting for the stopped state" })
-        }
-        const timeout = Number(url.searchParams.get("timeout") ?? "60")
-        if (!Number.isInteger(timeout) || timeout < 1 || timeout > 60) return reply(400, { error: "invalid_argument: timeout must be between 1 and 60 seconds" })
-        const reached = await this.waitFor(machine, state, timeout * 1000)
-        return reached ? reply(200, { ok: true, state }) : reply(408, { error: `deadline_exceeded: machine did not reach state ${state}` })
-      }
-      case "POST start":
-        if (["destroyed", "destroying", "stopping", "suspending"].includes(machine.state)) return precondition("start")
-        if (machine.state !== "started" && machine.state !== "starting") this.launch(machine)
-        return reply(200, {})
-      case "POST stop":
-        if (machine.state !== "started") return precondition("stop")
-        this.stop(machine)
-        return reply(200, {})
-      case "POST restart":
-        if (machine.state !== "started") return precondition("restart")
-        this.stop(machine, () => {
-          if (!["restart", "always"].includes(machine.config["rootfs"]?.persist)) rmSync(machine.vm.rootfs(), { recursive: true, force: true })
-          this.launch(machine)
-        })
-        return reply(200, {})
-      case "POST exec": {
-        if (machine.state !== "started" || !machine.vm.ready) return precondition("exec")
-        const argv: Array<string> | undefined = Array.isArray(body["command"]) ? body["command"] : undefined
-        if (argv === undefined || argv.length === 0) return reply(400, { error: "invalid_argument: command is required" })
-        const timeout = typeof body["timeout"] === "number" && body["timeout"] > 0 ? body["timeout"] : 60
-        const result = await machine.vm.exec(argv, typeof body["stdin"] === "string" ? body["stdin"] : "", timeout, this.execChildren)
-        if (result === undefined) return reply(400, { error: "failed_precondition: the machine stopped while the command ran" })
-        if (result === "timeout") return reply(408, { error: "deadline_exceeded: the command did not finish within its timeout" })
-        return reply(200, result)
-      }
-      case "GET metadata":
-        return reply(200, machine.config["metadata"] ?? {})
-      case "POST metadata":
-      case "DELETE metadata": {
-        const name = key === undefined ? undefined : decodeURIComponent(key)
-        if (name === undefined) return reply(400, { error: "invalid_argument: metadata key is required" })
-        const metadata = { ...machine.config["metadata"] }
-        if (method === "POST") {
-          if (typeof body["value"] !== "string") return reply(400, { error: "invalid_argument: value is required" })
-          metadata[name] = body["value"]
-        } else delete metadata[name]
-        machine.config = { ...machine.config, metadata }
-        return reply(204, undefined)
-      }
-      default:
-        return reply(404, { error: "not found" })
-    }
+    return machineRoute(this.controls, machine, method, url, sub, key, body, reply)
   }
 }
 

@@ -72,6 +72,14 @@ export const flyFlags = {
     backends: ["fly"],
     help: "Root filesystem size in GB"
   }),
+  flyPreviewPort: Flag.commaList("fly-preview-port", {
+    group: "fly backend options",
+    more: true,
+    metavar: "PORT",
+    backends: ["fly"],
+    each: (item) => (/^[1-9][0-9]{0,4}$/.test(item) && Number(item) <= 65535 ? undefined : `'${item}' is not a port from 1 to 65535`),
+    help: "Ports new machines serve through Fly's proxy (computer_expose)"
+  }),
   flyCli: Flag.optionalText("fly-cli", {
     group: "fly backend options",
     metavar: "PATH",

@@ -11,7 +11,7 @@ import * as Schema from "effect/Schema"
 import { createServer } from "node:http"
 import type { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
-import type { Previews } from "../../services/Previews.js"
+import { Previews } from "../../services/Previews.js"
 import type { Processes } from "../../services/Processes.js"
 import { Settings } from "../../services/Settings.js"
 import type { Terminals } from "../../services/Terminals.js"
@@ -64,6 +64,8 @@ export class HttpStartError extends Schema.TaggedError<HttpStartError>()("HttpSt
   message: Schema.String
 }) {}
 
+const notFound = HttpServerResponse.unsafeJson({ error: "not found" }, { status: 404 })
+
 const describe = (cause: unknown) => cause instanceof Error ? cause.message : String(cause)
 
 /**
@@ -108,9 +110,13 @@ export const serveHttp = (options: HttpOptions) =>
     // Runs before the listener's own close: open streams end, so that close() can return.
     yield* Effect.addFinalizer(() => Effect.sync(() => node.closeAllConnections()))
     const port = server.address._tag === "TcpAddress" ? server.address.port : options.port
-    // The terminal page's links name the address this server listens on (a wildcard: this machine).
+    // The terminal page is served on the preview origin when its listener runs (same origin rules as
+    // previews: /mcp's origin refuses the page); else on this server, whose links name the address it
+    // listens on (a wildcard: this machine).
+    const previews = Context.get(context, Previews)
+    const previewOrigin = yield* previews.origin
     const linkHost = options.host === "0.0.0.0" || options.host === "::" ? "localhost" : options.host
-    const links = Links.make(`http://${linkHost.includes(":") ? `[${linkHost}]` : linkHost}:${port}/terminal`)
+    const links = Links.make(`${previewOrigin ?? `http://${linkHost.includes(":") ? `[${linkHost}]` : linkHost}:${port}`}/terminal`)
     const withLinks = Effect.provideService(TerminalLinks, links)
     const sessions = yield* HttpSessions.make({
       idleTimeout: Duration.millis(options.sessionTimeoutMs),
@@ -147,8 +153,12 @@ export const serveHttp = (options: HttpOptions) =>
     const budget = BodyBudget.make(options.bodyMemory ?? defaultBodyMemory)
     const mcp = McpEndpoint.handler(sessions, modern, budget, maxBodyBytes)
     const terminalRoutes = yield* TerminalPage.routes(links)
+    if (previewOrigin !== undefined) {
+      const page = HttpRouter.empty.pipe(terminalRoutes, Effect.catchTag("RouteNotFound", () => Effect.succeed(notFound)))
+      yield* previews.mountTerminal(yield* NodeHttpServer.makeHandler(page))
+    }
     const router = HttpRouter.empty.pipe(
-      terminalRoutes,
+      previewOrigin === undefined ? terminalRoutes : TerminalPage.refused(previewOrigin),
       HttpRouter.get("/healthz", HttpServerResponse.unsafeJson({ status: "ok" })),
       HttpRouter.get(
         "/",
@@ -166,7 +176,7 @@ export const serveHttp = (options: HttpOptions) =>
       HttpRouter.all("/mcp", tokens.length === 0 ? BearerAuth.unauthenticated(mcp) : BearerAuth.middleware(tokens)(mcp))
     )
     const app = router.pipe(
-      Effect.catchTag("RouteNotFound", () => Effect.succeed(HttpServerResponse.unsafeJson({ error: "not found" }, { status: 404 }))),
+      Effect.catchTag("RouteNotFound", () => Effect.succeed(notFound)),
       OriginGuard.middleware(loopback)
     )
     // No HTTP request spans: a tool call's span is a child of the client's span from the MCP request's

@@ -5,7 +5,8 @@
  * over, keystrokes, resize, renew (the hold's lease), hand back. The link (`X-Kilntainers-Link`, never a cookie, so no page
  * of another origin can use it) grants one process's terminal as the session that made it, until
  * it expires; a watch link cannot type. The bearer token of /mcp is never accepted here, and the
- * link never on /mcp. The page is served with a CSP that lets it run its own inline script only
+ * link never on /mcp. When the preview listener runs, these routes are served there (the preview
+ * origin) and /mcp's origin refuses them (`refused`). The page is served with a CSP that lets it run its own inline script only
  * (by hash) and connect to this origin only, in no frame.
  */
 import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
@@ -147,3 +148,10 @@ export const routes = (links: TerminalLinks["Type"]) =>
         HttpRouter.post("/terminal/input", input)
       )
   })
+
+/** The MCP origin's answer to the page's paths when the page lives on the preview origin. */
+export const refused = (previewOrigin: string) => {
+  const answer = refuse(403, `the terminal page is served on the preview origin only (${previewOrigin}/terminal)`)
+  return (router: HttpRouter.HttpRouter<never, never>) =>
+    router.pipe(HttpRouter.all("/terminal", Effect.succeed(answer)), HttpRouter.all("/terminal/*", Effect.succeed(answer)))
+}

@@ -1,8 +1,9 @@
 /**
  * The preview listener (`--preview-host`/`--preview-port`): an origin of its own, apart from /mcp's,
- * that serves only `/p/<token>/…` — verified by the Previews service — by proxying HTTP and WebSocket
+ * that serves `/p/<token>/…` — verified by the Previews service — by proxying HTTP and WebSocket
  * traffic to the port inside the computer through its agent's relay (the computer has no network of
- * its own). Nothing else is served here, /mcp included, and the server's own credentials
+ * its own), and the terminal page of signed links (`/terminal…`, the HTTP server's handler) when the
+ * HTTP server runs. Nothing else is served here, /mcp included, and the server's own credentials
  * (Authorization, Proxy-Authorization) never go in. Bodies and connections are bounded.
  */
 import * as Effect from "effect/Effect"
@@ -11,13 +12,17 @@ import * as FiberSet from "effect/FiberSet"
 import * as Schema from "effect/Schema"
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, request as httpRequest, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
-import type { Previews, PreviewTarget } from "../../services/Previews.js"
+import type { NodeHandler, Previews, PreviewTarget } from "../../services/Previews.js"
 
 export interface PreviewServerOptions {
   readonly host: string
   readonly port: number
   readonly maxBodyBytes: number
+  /** The terminal page's handler, when the HTTP server mounted it (Previews.mountTerminal). */
+  readonly terminal?: { readonly handler: NodeHandler | undefined } | undefined
 }
+
+const TERMINAL = /^\/terminal(?:[/?#]|$)/
 
 export class PreviewStartError extends Schema.TaggedError<PreviewStartError>()("PreviewStartError", {
   message: Schema.String
@@ -166,6 +171,8 @@ export const serve = (options: PreviewServerOptions, previews: Previews["Type"])
     server.requestTimeout = 0
     server.headersTimeout = 30_000
     server.on("request", (request, response) => {
+      const terminal = options.terminal?.handler
+      if (terminal !== undefined && TERMINAL.test(request.url ?? "/")) return terminal(request, response)
       run(Effect.gen(function*() {
         const admitted = yield* admit(previews, request.url ?? "/", () => response.destroy())
         if (Either.isLeft(admitted)) return answer(response, admitted.left[0], admitted.left[1])

@@ -12,6 +12,9 @@
  * the URL is the provider's, needs no `--preview-port`, and is recorded here with the same session
  * rules, lifetime, unexpose and audit; but the provider keeps serving it while the computer runs, so
  * expiry and unexpose only forget it (the answer's `note` says so).
+ *
+ * The HTTP server mounts the terminal page (`/terminal…`) here when the listener runs, so a signed
+ * terminal link opens on the preview origin, never on /mcp's.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -21,7 +24,7 @@ import { ComputerNotFound, InvalidInput, Unsupported } from "../../domain/Errors
 import { AuditLog } from "../../services/AuditLog.js"
 import { Backend } from "../../services/Backend.js"
 import { Computers } from "../../services/Computers.js"
-import { type ExposeRequest, type PreviewInfo, Previews, type PreviewTarget } from "../../services/Previews.js"
+import { type ExposeRequest, type NodeHandler, type PreviewInfo, Previews, type PreviewTarget } from "../../services/Previews.js"
 import { Settings } from "../../services/Settings.js"
 import * as PreviewServer from "./PreviewServer.js"
 import * as PreviewToken from "./PreviewToken.js"
@@ -137,9 +140,13 @@ export const make = Effect.gen(function*() {
       return () => void entry.connections.delete(close)
     })
 
-  const service = Previews.of({ expose, unexpose, verify, track })
+  const terminal: { handler: NodeHandler | undefined } = { handler: undefined }
+  const mountTerminal = (handler: NodeHandler) =>
+    Effect.acquireRelease(Effect.sync(() => void (terminal.handler = handler)), () => Effect.sync(() => void (terminal.handler = undefined)))
+
+  const service = Previews.of({ expose, unexpose, verify, track, origin: Effect.sync(() => origin), mountTerminal })
   if (settings.port !== undefined) {
-    const port = yield* PreviewServer.serve({ host: settings.host, port: settings.port, maxBodyBytes: settings.maxBodyBytes }, service)
+    const port = yield* PreviewServer.serve({ host: settings.host, port: settings.port, maxBodyBytes: settings.maxBodyBytes, terminal }, service)
     origin = `http://${settings.host.includes(":") ? `[${settings.host}]` : settings.host}:${port}`
     yield* Effect.logInfo(`preview URLs at ${origin}/p/… (computer_expose)`)
   }

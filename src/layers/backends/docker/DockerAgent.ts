@@ -22,7 +22,7 @@ import type Docker from "dockerode"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { PassThrough, type Duplex } from "node:stream"
-import { ProviderError, providerError } from "../../../domain/Errors.js"
+import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import { fromStream } from "../agent/AgentChannel.js"
 import * as AgentClient from "../agent/AgentClient.js"
 import * as Handshake from "../agent/AgentHandshake.js"
@@ -49,15 +49,6 @@ export const agentArchive = (binary: Buffer): Buffer =>
     { name: `${RUN_DIR.slice(1)}/`, mode: 0o1777 },
     { name: AGENT_PATH.slice(1), mode: 0o755, data: binary }
   ])
-
-/**
- * An error of the shared agent client as this backend's ProviderError (the agent folder is being
- * ported to ProviderError as well: one that already is one is kept as it is).
- */
-export const asProviderError = (backend: string, operation: string) => (error: { readonly message: string }): ProviderError =>
-  error instanceof ProviderError
-    ? error
-    : providerError(backend, operation, "Unavailable", "reason" in error && typeof error.reason === "string" ? error.reason : error.message, error)
 
 /** The socket of an agent: the computer's own, or one bound to this server (a container without a key label). */
 const socketOf = (key: string, shared: boolean) => (shared ? `${RUN_DIR}/agent.sock` : `${RUN_DIR}/agent-${key.slice(0, 16)}.sock`)

@@ -21,7 +21,7 @@ import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
-import { type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import { asProviderError, type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
 import type { ComputerEgress } from "../../egress/Egress.js"
 import type * as AgentClient from "../agent/AgentClient.js"
@@ -117,6 +117,9 @@ const startAgent = (context: ConnectionContext, instance: Instance, user: string
     }).pipe(Scope.extend(scope), Effect.either)
     if (started._tag === "Right") return Option.some(started.right)
     yield* Scope.close(scope, Exit.void)
+    // A container whose mounts a computer swapped fails for that (one clear error, naming the
+    // mount), not for its image: other computers of the image keep their agent.
+    yield* context.containers.checkMounts(instance.providerId)
     // A container that cannot run the agent still works through Engine exec (withoutAgent); one that
     // is not running cannot be connected to at all.
     const after = yield* context.containers.inspectState(instance.providerId)
@@ -192,7 +195,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
         }
         if (Option.isNone(agent)) return DockerExec.spawn(host, spec)
         return AgentProcesses.spawn(engine.name, agent.value, spec).pipe(
-          Effect.mapError((error) => error instanceof SpawnFailed ? error : DockerAgent.asProviderError(engine.name, "start the process")(error))
+          Effect.mapError((error) => error instanceof SpawnFailed ? error : asProviderError(engine.name, "start the process")(error))
         )
       })
     return {

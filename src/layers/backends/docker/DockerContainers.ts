@@ -371,7 +371,21 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
         Effect.catchIf((error) => error.reason === "NotFound", () => Effect.succeed(Option.none()))
       )
 
-    return { create, find, start, restart, remove, adopt, inspectState } as const
+    /**
+     * Fails, naming the mount, when the engine binds checked paths and a container's no longer are
+     * the objects held since startup (DockerMounts.ts). The engine mounts a container's binds again
+     * for an archive copy (the agent's install), so a computer that swapped a path in a shared
+     * directory makes that copy fail: this tells such a failure from one of the image.
+     */
+    const checkMounts = (providerId: string): Effect.Effect<void, ProviderError> =>
+      mounts?.mode !== "checked"
+        ? Effect.void
+        : Effect.flatMap(
+          call("inspect the container", (signal) => docker.getContainer(providerId).inspect({ abortSignal: signal })),
+          (info) => withMounts(info.HostConfig.Binds, Effect.void)
+        )
+
+    return { create, find, start, restart, remove, adopt, inspectState, checkMounts } as const
   })
 
 export type Containers = Effect.Effect.Success<ReturnType<typeof make>>

@@ -33,7 +33,11 @@ export const Machine = Schema.Struct({
   config: Schema.optional(Schema.NullOr(Schema.Struct({
     image: Schema.optional(Schema.NullOr(Schema.String)),
     metadata: Schema.optional(Schema.NullOr(Metadata)),
-    init: Schema.optional(Schema.NullOr(Schema.Struct({ exec: Schema.optional(Schema.NullOr(Schema.Array(Schema.String))) })))
+    init: Schema.optional(Schema.NullOr(Schema.Struct({ exec: Schema.optional(Schema.NullOr(Schema.Array(Schema.String))) }))),
+    services: Schema.optional(Schema.NullOr(Schema.Array(Schema.Struct({
+      internal_port: Schema.optional(Schema.NullOr(Schema.Number)),
+      ports: Schema.optional(Schema.NullOr(Schema.Array(Schema.Struct({ port: Schema.optional(Schema.NullOr(Schema.Number)) }))))
+    }))))
   })))
 })
 export type Machine = typeof Machine.Type

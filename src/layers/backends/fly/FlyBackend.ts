@@ -87,9 +87,7 @@ export const DEFAULT_TUNING: FlyTuning = {
 }
 
 /** The capabilities of the Fly backend (see the modules for how each one works). */
-export const capabilities: Capabilities = capabilitiesWithout({
-  pty: false, networkControl: false, heldProcesses: false, checkpoints: false, previews: false
-})
+export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false, heldProcesses: false, checkpoints: false })
 
 /** The memory a guest may have per CPU, by CPU kind (Fly's docs, Machine Sizing: General Rules). */
 export const MEMORY_PER_CPU_MB = { shared: { min: 256, max: 2048 }, performance: { min: 2048, max: 8192 } } as const
@@ -130,6 +128,8 @@ export const make = (options: FlyBackendOptions): Effect.Effect<Backend["Type"],
     const watcher = yield* FlyWatcher.make(api, tuning.watchIntervalMs)
     const provider = FlyProvider.make({
       api,
+      app: options.app,
+      previewPorts: options.previewPorts ?? [],
       budget,
       watcher,
       region: options.region,

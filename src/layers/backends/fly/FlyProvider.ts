@@ -8,18 +8,23 @@
  * runs and every process of ours is the supervisor's child. Restart policy `no` (temporary) or
  * `always` (permanent), `auto_destroy` for temporary machines, and `rootfs.persist` `restart`
  * (temporary: the state survives a restart and goes with the machine) or `always` (permanent).
+ * With `--fly-preview-port`, the machine's services serve those ports on public ports of its own
+ * (FlyPreviews.ts), chosen one machine at a time and checked again once it runs.
  */
 import type * as Scope from "effect/Scope"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as Random from "effect/Random"
+import { InvalidInput } from "../../../domain/Errors.js"
 import type { ComputerMetadata } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Connection, Instance, InstanceState, Query } from "../../../services/Backend.js"
 import type { FlyApi, Machine } from "./FlyApi.js"
 import * as FlyConnection from "./FlyConnection.js"
 import { flyError, toProviderError } from "./FlyError.js"
+import * as FlyPreviews from "./FlyPreviews.js"
 import * as FlyMetadata from "./FlyMetadata.js"
 import * as FlyWatcher from "./FlyWatcher.js"
 import * as Scripts from "./FlyScripts.js"
@@ -50,6 +55,9 @@ export const instanceOf = (machine: Machine): Option.Option<Instance> =>
 
 export interface ProviderOptions {
   readonly api: FlyApi
+  readonly app: string
+  /** Ports inside new machines that Fly's proxy serves (preview URLs). */
+  readonly previewPorts: ReadonlyArray<number>
   readonly budget: RequestBudget
   readonly watcher: FlyWatcher.FlyWatcher
   readonly region: string | undefined
@@ -63,7 +71,11 @@ export interface ProviderOptions {
 }
 
 /** The body of a create call: our metadata, the supervisor as the main process. */
-export const createBody = (options: Pick<ProviderOptions, "region" | "guest" | "rootfsSizeGb">, metadata: ComputerMetadata) => ({
+export const createBody = (
+  options: Pick<ProviderOptions, "region" | "guest" | "rootfsSizeGb">,
+  metadata: ComputerMetadata,
+  services: ReadonlyArray<ReturnType<typeof FlyPreviews.services>[number]> = []
+) => ({
   name: FlyMetadata.machineName(metadata.id),
   ...(options.region === undefined ? {} : { region: options.region }),
   config: {
@@ -77,13 +89,16 @@ export const createBody = (options: Pick<ProviderOptions, "region" | "guest" | "
     rootfs: {
       persist: metadata.temporary ? "restart" : "always",
       ...(options.rootfsSizeGb === undefined ? {} : { size_gb: options.rootfsSizeGb })
-    }
+    },
+    ...(services.length === 0 ? {} : { services })
   }
 })
 
 export const make = (options: ProviderOptions) => {
   const { api } = options
   const failed = (error: Parameters<typeof toProviderError>[0]) => toProviderError(error)
+  // One machine at a time picks its public ports: the next one sees them taken.
+  const choosing = Effect.unsafeMakeSemaphore(1)
 
   /** Our machines (not gone), by computer id and/or temporary. */
   const find = (query: Query): Effect.Effect<ReadonlyArray<Instance>, ProviderError> =>
@@ -152,7 +167,7 @@ export const make = (options: ProviderOptions) => {
   const create = (metadata: ComputerMetadata): Effect.Effect<Instance, ProviderError> =>
     Effect.gen(function*() {
       const name = FlyMetadata.machineName(metadata.id)
-      const machine = yield* api.create(createBody(options, metadata)).pipe(
+      const created = (services: ReturnType<typeof FlyPreviews.services>) => api.create(createBody(options, metadata, services)).pipe(
         Effect.mapError((error) =>
           error.reason === "Conflict"
             ? flyError(
@@ -164,7 +179,27 @@ export const make = (options: ProviderOptions) => {
             : toProviderError(error)
         )
       )
+      const machine = options.previewPorts.length === 0 ? yield* created([]) : yield* choosing.withPermits(1)(
+        Effect.gen(function*() {
+          const taken = FlyPreviews.takenPorts(yield* api.list({}).pipe(Effect.mapError(failed)))
+          const start = yield* Random.nextIntBetween(FlyPreviews.PUBLIC_FIRST, FlyPreviews.PUBLIC_LAST + 1)
+          const ports = FlyPreviews.allocate(options.previewPorts, taken, start)
+          if (ports === undefined) return yield* flyError(`create machine ${name}`, "Quota", `no free public ports for preview services (${FlyPreviews.PUBLIC_FIRST}–${FlyPreviews.PUBLIC_LAST}) in app ${options.app}`)
+          return yield* created(FlyPreviews.services(options.previewPorts, ports))
+        })
+      )
       yield* waitFor(machine.id, "started").pipe(Effect.tapError(() => api.destroy(machine.id).pipe(Effect.ignore)))
+      if (options.previewPorts.length > 0) {
+        // Another server of the app may have picked the same public port at the same moment: Fly would
+        // balance it between two computers. Such a machine is removed rather than shared.
+        const mine = FlyPreviews.takenPorts([{ ...machine, state: "started" }])
+        const others = FlyPreviews.takenPorts((yield* api.list({}).pipe(Effect.mapError(failed))).filter((other) => other.id !== machine.id))
+        const shared = [...mine].filter((port) => others.has(port))
+        if (shared.length > 0) {
+          yield* remove({ providerId: machine.id, metadata, state: "running" }).pipe(Effect.ignore)
+          return yield* flyError(`create machine ${name}`, "Conflict", `another machine of app ${options.app} took public port ${shared.join(", ")} at the same moment; try again`)
+        }
+      }
       yield* Effect.logInfo(`fly backend: created machine ${machine.id} (${name}) from ${metadata.image}${metadata.temporary ? ", temporary" : ""}`)
       return { providerId: machine.id, metadata, state: "running" } satisfies Instance
     })
@@ -210,8 +245,21 @@ export const make = (options: ProviderOptions) => {
   }
 
   /** Follows the machine's processes until the Scope closes. */
+  /** The URL Fly's proxy serves a port of the machine at (its services, made with it). */
+  const publicUrl = (machineId: string) => (port: number): Effect.Effect<string, ProviderError | InvalidInput> =>
+    Effect.gen(function*() {
+      const machine = yield* api.get(machineId).pipe(Effect.mapError(failed))
+      const publicPort = FlyPreviews.publicPortOf(machine, port)
+      if (publicPort !== undefined) return FlyPreviews.urlOf(options.app, publicPort)
+      const served = FlyPreviews.servedPorts(machine)
+      return yield* new InvalidInput({
+        message: `port ${port} has no Fly service on this machine: ports are served when the machine is made ` +
+          `(--fly-preview-port; this computer's: ${served.length === 0 ? "none" : served.join(", ")})`
+      })
+    })
+
   const connect = (instance: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
-    FlyConnection.connect({
+    Effect.map(FlyConnection.connect({
       api,
       budget: options.budget,
       machineId: instance.providerId,
@@ -221,7 +269,7 @@ export const make = (options: ProviderOptions) => {
       tuning: options.connection,
       check: FlyWatcher.check(api, instance.providerId),
       watch: options.watcher.watch
-    })
+    }), (connection) => ({ ...connection, publicUrl: publicUrl(instance.providerId) }))
 
   return { find, create, start, restart, remove, renew, connect }
 }

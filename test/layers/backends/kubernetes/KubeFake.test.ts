@@ -142,7 +142,7 @@ describeIf(kubeFakeWorks, requirement)("the fake cluster follows the Kubernetes 
 })
 
 describeIf(kubeFakeWorks && kubectlWorks, `${requirement} and kubectl`)("kubectl against the fake cluster", () => {
-  it.live("applies, lists and describes agent-sandbox objects, and deletes a claim with what it owns", () =>
+  it.live("applies, lists and describes claims and their Sandboxes, and deletes a claim with what it owns", () =>
     Effect.promise(async () => {
       const { writeFileSync } = await import("node:fs")
       const file = `${fake.kubeconfig}.objects.json`
@@ -171,10 +171,46 @@ describeIf(kubeFakeWorks && kubectlWorks, `${requirement} and kubectl`)("kubectl
       const described = await fake.kubectl("describe", "sandboxclaim", "kubectl-c")
       assert.strictEqual(described.code, 0, described.stderr)
       assert.match(described.stdout, /Sandbox Template Ref:\s+Name:\s+kubectl-t/)
+      const listed = await fake.kubectl("get", "sandboxclaims")
+      assert.strictEqual(listed.code, 0, listed.stderr)
+      assert.match(listed.stdout, /^NAME\s+AGE\n/)
+      assert.match(listed.stdout, /^kubectl-c\s+\d+s$/m)
+      const sandbox = await fake.kubectl("describe", "sandbox", "kubectl-c")
+      assert.strictEqual(sandbox.code, 0, sandbox.stderr)
+      assert.match(sandbox.stdout, /^Name:\s+kubectl-c$/m)
+      assert.match(sandbox.stdout, /^Kind:\s+Sandbox$/m)
+      assert.match(sandbox.stdout, /Image:\s+kilntainers-test:bookworm/, "the Sandbox carries the template's pod")
       const deleted = await fake.kubectl("delete", "sandboxclaim", "kubectl-c")
       assert.strictEqual(deleted.code, 0, deleted.stderr)
       assert.include(deleted.stdout, `sandboxclaim.extensions.agents.x-k8s.io "kubectl-c" deleted`)
       const left = await fake.kubectl("get", "sandboxes,pods", "-o", "name")
       assert.notInclude(left.stdout, "kubectl-c", "the Sandbox and its pod went with their claim")
+    }), 120_000)
+
+  it.live("deletes a Sandbox made without a claim, and its pod with it", () =>
+    Effect.promise(async () => {
+      const { writeFileSync } = await import("node:fs")
+      const file = `${fake.kubeconfig}.sandbox.json`
+      writeFileSync(file, JSON.stringify({
+        apiVersion: "agents.x-k8s.io/v1alpha1",
+        kind: "Sandbox",
+        metadata: { name: "kubectl-s" },
+        spec: { podTemplate: { spec: { containers: [{ name: "main", image: "kilntainers-test:bookworm", command: ["sleep", "infinity"] }] } } }
+      }))
+      const applied = await fake.kubectl("apply", "--validate=false", "-f", file)
+      assert.strictEqual(applied.code, 0, applied.stderr)
+      assert.include(applied.stdout, "sandbox.agents.x-k8s.io/kubectl-s created")
+      let pods = ""
+      for (let i = 0; i < 120 && !/kubectl-s/.test(pods); i++) {
+        pods = (await fake.kubectl("get", "pods", "-o", "name")).stdout
+        await new Promise((resolve) => setTimeout(resolve, 250))
+      }
+      assert.include(pods, "pod/kubectl-s", "the controller ran the Sandbox's pod")
+      const deleted = await fake.kubectl("delete", "sandbox", "kubectl-s")
+      assert.strictEqual(deleted.code, 0, deleted.stderr)
+      assert.include(deleted.stdout, `sandbox.agents.x-k8s.io "kubectl-s" deleted`)
+      const left = await fake.kubectl("get", "sandboxes,pods", "-o", "name")
+      assert.strictEqual(left.code, 0, left.stderr)
+      assert.notInclude(left.stdout, "kubectl-s", "the pod went with its Sandbox")
     }), 120_000)
 })
