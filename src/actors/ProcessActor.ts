@@ -159,12 +159,13 @@ export const make = (
             yield* recordExit(event.exit)
             continue
           }
-          // A backend may reuse an event's memory once the next chunk is pulled: the logs copy,
-          // and whatever keeps bytes beyond this loop (terminal, live subscribers) gets its own copy.
-          const kept = screen !== undefined || subscribers > 0 ? event.data.slice() : event.data
+          // A backend may reuse an event's memory once the next chunk is pulled: the logs and the
+          // screen copy, live subscribers get their own copy. (`new Uint8Array` copies; the data is
+          // often a Buffer, whose `slice` is a view of the same memory.)
+          const kept = subscribers > 0 ? new Uint8Array(event.data) : event.data
           if (event._tag === "Stdout") {
             stdout.append(event.data)
-            screen?.write(kept)
+            screen?.write(event.data)
           } else {
             stderr.append(event.data)
           }

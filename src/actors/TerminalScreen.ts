@@ -133,10 +133,13 @@ export class TerminalScreen {
     return this.dropped
   }
 
-  /** Feeds PTY bytes. The bytes are copied, so the caller may reuse the array. */
+  /**
+   * Feeds PTY bytes. The bytes are copied (`new Uint8Array`: a Buffer's `slice` would be a view), so
+   * the caller may reuse the memory at once: xterm parses them later, between timers.
+   */
   write(data: Uint8Array): void {
     if (this.disposed || data.length === 0) return
-    const item: Item = { _tag: "Data", bytes: data.slice(), seq: ++this.seq }
+    const item: Item = { _tag: "Data", bytes: new Uint8Array(data), seq: ++this.seq }
     if (this.backlog.length === 0 && this.inFlightBytes < HIGH_WATER_BYTES) {
       this.hand(item)
       return

@@ -29,6 +29,16 @@ describe("TerminalScreen", () => {
       assert.isUndefined(snap.scrollback)
     }))
 
+  it("a written Buffer may be reused at once: the terminal parses its own copy later", () =>
+    withScreen({ cols: 80, rows: 24 }, async (screen) => {
+      // A Buffer's `slice` is a view of the same memory; the backends hand out Buffers they refill.
+      const reused = Buffer.from("\x1b[2;1Hfirst")
+      screen.write(reused)
+      reused.fill(0x58)
+      screen.write(Buffer.from("\r\nsecond"))
+      assert.strictEqual((await screen.snapshot()).text, "\nfirst\nsecond")
+    }))
+
   it("every write before a snapshot is rendered, even many small ones", () =>
     withScreen({ cols: 80, rows: 24 }, async (screen) => {
       for (let i = 0; i < 200; i++) screen.write(utf8(`${i}\r\n`))

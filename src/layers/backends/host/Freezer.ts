@@ -76,6 +76,9 @@ export const hold = (plan: CgroupPlan, name: string) =>
     if (!frozen) return false
     for (let waited = 0; waited < SETTLE_MS; waited += 20) {
       if (yield* Effect.promise(freezer.settled)) return true
+      // v1 stays FREEZING when a task could not be frozen on the first pass (busy in the kernel,
+      // just forked): writing FROZEN again retries it. Harmless on v2.
+      if (waited > 0 && waited % 200 === 0) yield* write(freezer.file, freezer.on)
       yield* Effect.sleep("20 millis")
     }
     yield* thaw

@@ -77,7 +77,7 @@ export class Expander {
     const sub = cloneState(state)
     const collect: Sink = (data, credit) => {
       size += data.byteLength
-      if (size <= MAX_SUBSTITUTION_BYTES) chunks.push(data.slice())
+      if (size <= MAX_SUBSTITUTION_BYTES) chunks.push(new Uint8Array(data))
       settle(credit)
     }
     try {

@@ -60,7 +60,7 @@ export const openRedirects = async (
       if (found?.node.kind !== "file") return fail(`${name}: ${found === undefined ? "No such file or directory" : "Is a directory"}`)
       if (compound) {
         const feed = new Feed()
-        feed.push(found.node.data.slice())
+        feed.push(new Uint8Array(found.node.data))
         feed.end()
         fds[redirect.fd] = { kind: "feed", feed }
       } else fds[redirect.fd] = { kind: "from", path: found.path }

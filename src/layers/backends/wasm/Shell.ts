@@ -329,7 +329,7 @@ export class Shell {
     if (input.kind === "feed") return input.feed.readAll()
     if (input.kind === "empty") return new Uint8Array(0)
     const node = this.host.fs.lookup("/", input.path)
-    return node?.kind === "file" ? node.data.slice() : new Uint8Array(0)
+    return node?.kind === "file" ? new Uint8Array(node.data) : new Uint8Array(0)
   }
 
   private runScript(source: string, name: string, args: ReadonlyArray<string>, state: ShellState, io: Io) {

@@ -81,7 +81,7 @@ export class FileWriter {
     if (data.byteLength === 0) return undefined
     if (!this.fs.reserve(data.byteLength)) return ENOSPC_TEXT
     this.taken += data.byteLength
-    this.parts.push(data.slice())
+    this.parts.push(new Uint8Array(data))
     this.size += data.byteLength
     return undefined
   }

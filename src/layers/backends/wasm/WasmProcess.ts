@@ -119,7 +119,7 @@ export const makeProcess = (options: ProcessOptions, launch: (io: ProcessIo) => 
     const process: BackendProcess = {
       pid: null,
       pull: events.pull,
-      write: (data) => Effect.sync(() => stdin.push(data.slice())),
+      write: (data) => Effect.sync(() => stdin.push(new Uint8Array(data))),
       closeStdin: Effect.sync(() => stdin.end()),
       signal: (signal) =>
         TERMINATING.has(signal)
