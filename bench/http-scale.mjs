@@ -108,8 +108,12 @@ async function runServer() {
   if (process.env.KT_HEAP_REPORT) {
     server.kill("SIGUSR2")
     await new Promise((resolve) => setTimeout(resolve, 2000))
-    const heap = JSON.parse(readFileSync(process.env.KT_HEAP_REPORT, "utf8"))
-    console.log(`  after a full GC with every session open: ${JSON.stringify(Object.fromEntries(Object.entries(heap).map(([k, v]) => [k, Math.round(v / 1024 / 1024)])))} MiB`)
+    const { before, rollup, spaces, after } = JSON.parse(readFileSync(process.env.KT_HEAP_REPORT, "utf8"))
+    const mib = (object) => JSON.stringify(Object.fromEntries(Object.entries(object).map(([k, v]) => [k, Math.round(v / 1024 / 1024)])))
+    console.log(`  at the end, every session open: ${mib(before)} MiB`)
+    console.log(`  resident by kind: ${mib(rollup)} MiB`)
+    console.log(`  V8 spaces (size/used MiB): ${Object.entries(spaces).map(([name, { size, used }]) => `${name} ${Math.round(size / 1048576)}/${Math.round(used / 1048576)}`).join(", ")}`)
+    console.log(`  after a full GC: ${mib(after)} MiB`)
   }
   await Promise.all(clients.map(({ client }) => client.close().catch(() => undefined)))
   server.kill("SIGTERM")

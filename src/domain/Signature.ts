@@ -7,9 +7,13 @@ import { createHmac, timingSafeEqual } from "node:crypto"
 /** The signature of `text` under `key`, as base64url. */
 export const sign = (key: Uint8Array, text: string): string => createHmac("sha256", key).update(text).digest("base64url")
 
-/** Whether `signature` (base64url) is `key`'s over `text`; the comparison takes constant time. */
+/**
+ * Whether `signature` is `key`'s over `text`, in the one spelling `sign` gives; the comparison takes
+ * constant time. The text is compared, not its decoding: base64url's last character carries unused
+ * bits, so decoding would accept other spellings of the same signature (a changed link that works).
+ */
 export const verify = (key: Uint8Array, text: string, signature: string): boolean => {
-  const given = Buffer.from(signature, "base64url")
-  const expected = createHmac("sha256", key).update(text).digest()
+  const given = Buffer.from(signature, "latin1")
+  const expected = Buffer.from(sign(key, text), "latin1")
   return given.length === expected.length && timingSafeEqual(given, expected)
 }

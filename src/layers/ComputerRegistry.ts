@@ -136,12 +136,16 @@ export const layer = Layer.scoped(
         return yield* open(id, temporary, session, shared, { _tag: "Create" })
       })
 
-    /** The running computer of an entry; a lost one is recovered first. */
-    const attach = (entry: Entry, session: string) =>
+    /**
+     * The running computer of an entry; a lost one is recovered first, unless `reopen` is false (a
+     * factory reset replaces a lost computer without opening its old instance, which may be the very
+     * thing that cannot start: a container whose shared directory a guest swapped).
+     */
+    const attach = (entry: Entry, session: string, reopen = true) =>
       Effect.gen(function*() {
         yield* entry.actor.hold(session)
         yield* entry.actor.ready
-        if ((yield* entry.actor.state) === "lost") yield* entry.actor.recover
+        if (reopen && (yield* entry.actor.state) === "lost") yield* entry.actor.recover
         return entry.actor
       })
 
@@ -163,23 +167,29 @@ export const layer = Layer.scoped(
         Effect.map((found) => Option.fromNullable(found.find((instance) => instance.state !== "gone")))
       )
 
-    const existing = (session: string, id: string, temporary: boolean | undefined, shared?: boolean) =>
+    const existing = (session: string, id: string, temporary: boolean | undefined, shared: boolean | undefined, reopen: boolean) =>
       Effect.gen(function*() {
         const entry = entries.get(id)!
         yield* checkAccess(entry.actor, session)
         yield* checkTemporary(entry.actor, temporary)
         if (shared) yield* entry.actor.share
-        return yield* attach(entry, session)
+        return yield* attach(entry, session, reopen)
       })
 
-    /** A computer by id: attached here, or found at the provider, or (when `create`) made. */
-    const byId = (session: string, id: string, request: { readonly temporary?: boolean | undefined; readonly shared?: boolean | undefined }, create: boolean) =>
+    /** A computer by id: attached here, or found at the provider, or (when `create`) made; `reopen` as `attach` says. */
+    const byId = (
+      session: string,
+      id: string,
+      request: { readonly temporary?: boolean | undefined; readonly shared?: boolean | undefined },
+      create: boolean,
+      reopen = true
+    ) =>
       Effect.gen(function*() {
         if (!computerIdPattern.test(id)) return yield* invalidId(id)
-        if (entries.has(id)) return yield* existing(session, id, request.temporary, request.shared)
+        if (entries.has(id)) return yield* existing(session, id, request.temporary, request.shared, reopen)
         const found = yield* atProvider(id)
         // Another call may have opened it while the provider answered.
-        if (entries.has(id)) return yield* existing(session, id, request.temporary, request.shared)
+        if (entries.has(id)) return yield* existing(session, id, request.temporary, request.shared, reopen)
         if (Option.isSome(found)) {
           const instance: Instance = found.value
           if (instance.metadata.temporary) return yield* foreignComputer(id)
@@ -254,7 +264,8 @@ export const layer = Layer.scoped(
 
     const factoryReset = (session: string, id: string) =>
       Effect.gen(function*() {
-        const actor = yield* get(session, id)
+        // A lost computer is reset as it is: the new one is made from the image, the old never reopened.
+        const actor = yield* byId(session, id, {}, false, false)
         yield* actor.factoryReset
         return actor
       })

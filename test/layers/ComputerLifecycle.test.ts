@@ -153,6 +153,26 @@ describe("the computer lifecycle (ComputerActor and the registry)", () => {
       })
     ))
 
+  it.scoped("a lost computer whose old instance can no longer start is factory reset from the image, never opened first", () =>
+    withKernel(({ computers, processes, scripted }) =>
+      Effect.gen(function*() {
+        const computer = yield* computers.resolve("s1", { computer_id: "box" })
+        const before = yield* computer.providerId
+        yield* scripted.refuseConnect(before, "its mounts no longer match the host (/p/data:/home/agent/data)")
+        yield* scripted.byId("box")!.lose("its container stopped")
+        yield* eventually(() => scripted.calls.includes("disconnect box"))
+        const refused = yield* Effect.flip(processes.spawn("s1", { command: "server", computer_id: "box", background: true }))
+        assert.match(refused.message, /mounts no longer match the host/)
+        const connects = scripted.calls.filter((c) => c === "connect box").length
+        yield* computers.factoryReset("s1", "box")
+        assert.notStrictEqual(yield* computer.providerId, before)
+        assert.include(scripted.calls, "remove box")
+        assert.strictEqual(scripted.calls.filter((c) => c === "connect box").length, connects + 1, "only the new instance was connected")
+        assert.strictEqual((yield* computers.list("s1"))[0]!.state, "running")
+        assert.strictEqual((yield* processes.spawn("s1", { command: "server", computer_id: "box", background: true })).status, "running")
+      })
+    ))
+
   it.scoped("another session's private computer is refused, its processes invisible; shared ones are reachable", () =>
     withKernel(({ computers, processes }) =>
       Effect.gen(function*() {

@@ -109,7 +109,7 @@ export const startHttpServer = async (args: ReadonlyArray<string> = [], env: Rec
       if (match) resolve(Number(match[1]))
     })
     exited.then((code) => reject(new Error(`server exited with ${code}: ${stderr}`)))
-    setTimeout(() => reject(new Error(`server did not start: ${stderr}`)), 30_000)
+    setTimeout(() => reject(new Error(`server did not start: ${stderr}`)), 90_000)
   })
   return {
     url: `http://127.0.0.1:${port}/mcp`,

@@ -46,6 +46,8 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
   const createGate = yield* Deferred.make<void>()
   if (!options.gateCreate) yield* Deferred.succeed(createGate, undefined)
   const gates = new Map<string, Deferred.Deferred<void>>()
+  /** Provider ids every connection to which fails, with why (an instance that can no longer start). */
+  const refused = new Map<string, string>()
   let counter = 0
 
   /** Waits while the test holds this operation at a gate. */
@@ -141,6 +143,8 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
       Effect.gen(function*() {
         calls.push(`connect ${instance.metadata.id}`)
         yield* failIfAsked("connect")
+        const why = refused.get(instance.providerId)
+        if (why !== undefined) return yield* providerError("scripted", "start the computer", "Conflict", why)
         const computer = yield* live(instance)
         const generation = ++computer.connections
         const lost = yield* Deferred.make<string>()
@@ -206,6 +210,8 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
     /** The next call of this operation fails with a provider error. */
     failNext: (operation: "create" | "connect" | "restart" | "remove" | "renew" | "adopt", detail: string) =>
       Effect.sync(() => void failNext.set(operation, detail)),
+    /** Every later connection to this instance fails with `detail`, as a container that can no longer start. */
+    refuseConnect: (providerId: string, detail: string) => Effect.sync(() => void refused.set(providerId, detail)),
     openCreate: Deferred.succeed(createGate, undefined),
     /** Holds every call of the operation until the answer is run (it opens the gate for good). */
     gate: (operation: "spawn" | "restart" | "remove") =>

@@ -151,7 +151,38 @@ export const settle = (process: ProcessHandle, since: number, yieldMs: number): 
         yield* Effect.sleep(Duration.millis(last > since ? pause - (now - last) : pause))
       }
     })
+    const fullScreen = process.tty ? yield* onAlternateScreen(process) : false
+    const startedAt = yield* Clock.currentTimeMillis
     yield* Effect.raceFirst(settled, Effect.asVoid(process.exited)).pipe(Effect.timeout(Duration.millis(yieldMs)), Effect.ignore)
+    // A full-screen app that left its alternate screen on this input, and printed nothing after
+    // (vim's `:wq`; a shell that ran `less` prints its prompt), is ending: its exit, moments later
+    // (longer on a loaded machine), belongs in this result.
+    if (!fullScreen || (yield* process.status) !== "running" || !(yield* leftFullScreenLast(process))) return
+    const left = yieldMs - ((yield* Clock.currentTimeMillis) - startedAt)
+    if (left > 0) yield* Effect.asVoid(process.exited).pipe(Effect.timeout(Duration.millis(Math.min(left, EXIT_AFTER_FULL_SCREEN_MS))), Effect.ignore)
+  })
+
+/** How long an input that ended a full-screen app's screen waits for the app's exit. */
+const EXIT_AFTER_FULL_SCREEN_MS = 2_000
+/** The raw output's end looked at for the alternate screen's leaving (what follows it is short). */
+const TAIL_BYTES = 512
+const LEAVE_ALTERNATE = /\x1b\[\?(?:1049|1047|47)l/g
+const ESCAPES = /\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_]|[ -/]*[0-~])/g
+
+const onAlternateScreen = (process: ProcessHandle): Effect.Effect<boolean> =>
+  Effect.map(process.read({}), (view) => view.screen?.alternateScreen === true)
+
+/** Whether the terminal's last output left the alternate screen with nothing visible after it. */
+const leftFullScreenLast = (process: ProcessHandle): Effect.Effect<boolean> =>
+  Effect.gen(function*() {
+    const { stdout } = yield* process.totals
+    const view = yield* process.read({ raw: true, stdoutCursor: Math.max(0, stdout - TAIL_BYTES), maxBytes: TAIL_BYTES })
+    if (view.screen?.alternateScreen !== false) return false
+    const tail = view.stdout.text
+    const leaves = [...tail.matchAll(LEAVE_ALTERNATE)]
+    const last = leaves[leaves.length - 1]
+    if (last === undefined) return false
+    return tail.slice(last.index + last[0].length).replace(ESCAPES, "").trim() === ""
   })
 
 /**

@@ -58,8 +58,9 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
         yield* withBackend(options(fake.url, { tuning: { watchIntervalMs: 60_000 } }), (backend) =>
           Effect.gen(function*() {
             const computer = yield* open(backend, `refused-${retryAfter}`)
-            // Someone else spends this machine's budget: Fly refuses.
-            fake.rateLimit = { perSecond: 0.5, burst: 1 }
+            // Someone else spends this machine's budget: Fly refuses. A token every 5 s: spawns that
+            // take seconds on a loaded machine still find the bucket empty.
+            fake.rateLimit = { perSecond: 0.2, burst: 1 }
             fake.retryAfter = retryAfter
             const from = fake.requests.length
             // One after the other: concurrent spawns would share one round.

@@ -136,7 +136,9 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("Fly mac
       const leased = yield* machine("kilntainer-reap-b", labels("b", true, future))
       const permanent = yield* machine("kilntainer-reap-c", labels("c", false, past))
       const foreign = yield* machine("other-app-machine", { "kilntainers-temporary": "true" })
-      yield* withKernel(options(fake.url, { tuning: { leaseTtlMs: 1500 } }), ({ computers }) =>
+      // A lease long enough to outlast a create on a loaded machine, short enough to see it renewed
+      // (every third of it) within the wait below.
+      yield* withKernel(options(fake.url, { tuning: { leaseTtlMs: 6000 } }), ({ computers }) =>
         Effect.gen(function*() {
           yield* eventually("the expired machine is reaped", () => fake.machines.get(expired.id)?.state === "destroyed")
           assert.notStrictEqual(fake.machines.get(leased.id)?.state, "destroyed")
@@ -147,7 +149,7 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("Fly mac
           const expiry = () => Date.parse(fake.machines.get(id)!.config["metadata"]["kilntainers-expires"] as string)
           const first = expiry()
           assert.isAbove(first, Date.now())
-          yield* eventually("the lease is renewed", () => expiry() > first, 5)
+          yield* eventually("the lease is renewed", () => expiry() > first, 10)
         }))
       for (const other of [leased, permanent, foreign]) fake.destroyFromOutside(other.id)
     }), 90_000)
