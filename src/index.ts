@@ -18,7 +18,9 @@ export * from "./services/ProcessInputs.js"
 /** @category services */
 export * from "./services/Settings.js"
 /** @category actors */
-export { OutputLog, truncateMiddle } from "./actors/OutputLog.js"
+export { OutputLog } from "./actors/OutputLog.js"
+/** @category actors */
+export { truncateMiddle } from "./actors/OutputSlice.js"
 /** @category actors */
 export { TerminalScreen } from "./actors/TerminalScreen.js"
 /** @category domain */

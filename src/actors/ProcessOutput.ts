@@ -13,7 +13,8 @@
  */
 import * as Effect from "effect/Effect"
 import type { StreamSlice } from "../domain/Process.js"
-import { OutputLog, type OutputSlice } from "./OutputLog.js"
+import { OutputLog } from "./OutputLog.js"
+import type { OutputSlice } from "./OutputSlice.js"
 
 export type StreamName = "stdout" | "stderr"
 

@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
-import { OutputLog, omittedMarker, truncateMiddle } from "../../src/actors/OutputLog.js"
+import { OutputLog } from "../../src/actors/OutputLog.js"
+import { omittedMarker, truncateMiddle } from "../../src/actors/OutputSlice.js"
 
 const utf8 = (s: string) => new TextEncoder().encode(s)
 const bytesOf = (s: string) => Buffer.byteLength(s, "utf8")

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { omittedMarker } from "../../src/actors/OutputLog.js"
+import { omittedMarker } from "../../src/actors/OutputSlice.js"
 import { ProcessOutput, type StoreRead } from "../../src/actors/ProcessOutput.js"
 
 const text = Array.from({ length: 20000 }, (_, i) => `${String(i).padStart(6, "0")}\n`).join("")

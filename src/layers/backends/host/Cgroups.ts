@@ -25,6 +25,9 @@ import { mkdir, readdir, readFile, rmdir, stat, writeFile } from "node:fs/promis
 import { dirname, join } from "node:path"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import { parseSize } from "../../../domain/Size.js"
+import { type Mount, mounts, ownPaths, within } from "./CgroupMounts.js"
+
+export { type Mount, mounts, ownPaths, within } from "./CgroupMounts.js"
 
 const NAME = "host"
 const invalid = (detail: string) => providerError(NAME, "apply the limits", "Invalid", detail)
@@ -84,45 +87,6 @@ export interface CgroupPlan {
   readonly missing: ReadonlyArray<Controller>
   readonly notes: ReadonlyArray<string>
 }
-
-/** A line of /proc/self/mountinfo. */
-export interface Mount {
-  readonly root: string
-  readonly point: string
-  readonly type: string
-  readonly options: ReadonlyArray<string>
-}
-
-const unescape = (field: string) => field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)))
-
-export const mounts = (): ReadonlyArray<Mount> => {
-  try {
-    return readFileSync("/proc/self/mountinfo", "utf8").split("\n").flatMap((line) => {
-      const [left, right] = line.split(" - ")
-      if (left === undefined || right === undefined) return []
-      const fields = left.split(" ")
-      const [type, , superOptions] = right.split(" ")
-      return [{ root: unescape(fields[3] ?? "/"), point: unescape(fields[4] ?? ""), type: type ?? "", options: (superOptions ?? "").split(",") }]
-    })
-  } catch {
-    return []
-  }
-}
-
-/** `/proc/self/cgroup`: hierarchy controllers ("" for v2) → own path. */
-export const ownPaths = (): ReadonlyArray<{ readonly controllers: ReadonlyArray<string>; readonly path: string }> => {
-  try {
-    return readFileSync("/proc/self/cgroup", "utf8").trim().split("\n").map((line) => {
-      const [, controllers = "", ...path] = line.split(":")
-      return { controllers: controllers === "" ? [] : controllers.split(","), path: path.join(":") }
-    })
-  } catch {
-    return []
-  }
-}
-
-export const within = (mount: Mount, path: string) =>
-  join(mount.point, mount.root !== "/" && path.startsWith(mount.root) ? path.slice(mount.root.length) : path)
 
 const writable = (path: string) => {
   try {
