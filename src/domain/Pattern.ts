@@ -101,9 +101,10 @@ export const compile = (source: string): Either.Either<Pattern, string> => {
   })
 }
 
-// CSI, OSC (ended by BEL or ST) and two-character escapes: a match is looked for in what a reader
-// would see. The alternatives start with distinct characters, so this never backtracks.
-const ansi = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g
+// CSI, OSC (ended by BEL or ST) and the other escapes (`ESC =`, `ESC >`, `ESC ( B`): a match is
+// looked for in what a reader would see. The alternatives start with distinct characters, so this
+// never backtracks.
+const ansi = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-Z\\-~]/g
 
 /** What a pattern is matched against: escapes removed, CR LF and lone CR as line ends. */
 export const plainText = (output: string) => output.replace(ansi, "").replace(/\r\n?/g, "\n")

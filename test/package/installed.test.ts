@@ -95,7 +95,7 @@ describeIf(install !== undefined && tarball !== undefined && process.env.KILNTAI
       /^README\.md$/,
       /^LICEN[CS]E(\.md)?$/,
       /^dist\/src\/.+\.(js|d\.ts)$/,
-      /^dist\/src\/dashboard\/dashboard\.html$/,
+      /^dist\/src\/dashboard\/(dashboard|terminal)\.html$/,
       /^dist\/bin\/[\w./-]+\.mjs$/,
       /^images\/computer\/[\w.-]+$/,
       /^native\/kt-(agent|sandbox)\.c$/,
@@ -108,7 +108,7 @@ describeIf(install !== undefined && tarball !== undefined && process.env.KILNTAI
     ]
     const unexpected = paths.filter((path) => !allowed.some((pattern) => pattern.test(path)))
     assert.deepStrictEqual(unexpected, [])
-    for (const needed of ["prebuilt/linux-x64/kt-agent", "prebuilt/linux-arm64/kt-sandbox", "wasm/build/toybox.wasm", "wasm/build/licences/original-awk.LICENSE", "dist/bin/kilntainers.mjs"]) {
+    for (const needed of ["prebuilt/linux-x64/kt-agent", "prebuilt/linux-arm64/kt-sandbox", "wasm/build/toybox.wasm", "wasm/build/licences/original-awk.LICENSE", "dist/bin/kilntainers.mjs", "dist/src/dashboard/dashboard.html", "dist/src/dashboard/terminal.html"]) {
       assert.include(paths, needed)
     }
     // Nothing was compiled at install: the only helpers are the prebuilt ones.

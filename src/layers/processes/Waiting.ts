@@ -167,7 +167,6 @@ const EXIT_AFTER_FULL_SCREEN_MS = 2_000
 /** The raw output's end looked at for the alternate screen's leaving (what follows it is short). */
 const TAIL_BYTES = 512
 const LEAVE_ALTERNATE = /\x1b\[\?(?:1049|1047|47)l/g
-const ESCAPES = /\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_]|[ -/]*[0-~])/g
 
 const onAlternateScreen = (process: ProcessHandle): Effect.Effect<boolean> =>
   Effect.map(process.read({}), (view) => view.screen?.alternateScreen === true)
@@ -182,7 +181,7 @@ const leftFullScreenLast = (process: ProcessHandle): Effect.Effect<boolean> =>
     const leaves = [...tail.matchAll(LEAVE_ALTERNATE)]
     const last = leaves[leaves.length - 1]
     if (last === undefined) return false
-    return tail.slice(last.index + last[0].length).replace(ESCAPES, "").trim() === ""
+    return Pattern.plainText(tail.slice(last.index + last[0].length)).trim() === ""
   })
 
 /**

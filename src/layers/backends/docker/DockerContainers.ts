@@ -34,6 +34,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
 import { computerIdPattern } from "../../../domain/ComputerIds.js"
 import { type ComputerMetadata, fromLabels, labelKey, selector, toLabels } from "../../../domain/ComputerMetadata.js"
 import { newKey as newAgentKey } from "../agent/AgentHandshake.js"
@@ -322,6 +323,12 @@ export const make = (engine: Engine, settings: ContainerSettings, poolIds?: Pool
         const info = yield* call("inspect the container", (signal) => container.inspect({ abortSignal: signal }))
         if (info.State.Paused) {
           yield* call("unpause the container", (signal) => container.unpause({ abortSignal: signal }))
+          // The engine may record the resume a moment after it answered: started means not paused.
+          yield* call("inspect the container", (signal) => container.inspect({ abortSignal: signal })).pipe(
+            Effect.filterOrFail((after) => !after.State.Paused, () => fail("unpause the container", "Unavailable", "it is still paused")),
+            Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("3 seconds"))),
+            Effect.ignore
+          )
         } else if (!info.State.Running) {
           // 304: started meanwhile.
           yield* withMounts(
