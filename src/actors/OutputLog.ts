@@ -36,8 +36,8 @@ const validSize = (name: string, value: number | undefined, fallback: number): n
 
 /** Head+tail storage of one output stream, with exact counts and absolute byte cursors. */
 export class OutputLog {
-  readonly headBytes: number
-  readonly tailBytes: number
+  /** The most bytes kept from the start and from the end (`shrink` lowers them). */
+  private limits: { head: number; tail: number }
 
   private head: Uint8Array = new Uint8Array(0)
   private headLength = 0
@@ -51,8 +51,20 @@ export class OutputLog {
   private headFull = false
 
   constructor(options: OutputLogOptions = {}) {
-    this.headBytes = validSize("headBytes", options.headBytes, DEFAULT_HEAD_BYTES)
-    this.tailBytes = validSize("tailBytes", options.tailBytes, DEFAULT_TAIL_BYTES)
+    this.limits = {
+      head: validSize("headBytes", options.headBytes, DEFAULT_HEAD_BYTES),
+      tail: validSize("tailBytes", options.tailBytes, DEFAULT_TAIL_BYTES)
+    }
+  }
+
+  /** bytes kept from the start of the stream */
+  get headBytes(): number {
+    return this.limits.head
+  }
+
+  /** bytes kept from the end of the stream */
+  get tailBytes(): number {
+    return this.limits.tail
   }
 
   /** exact count of bytes ever appended */
@@ -100,6 +112,36 @@ export class OutputLog {
     const tailStart = this.totalBytes - this.ringLength
     if (from < this.headLength) return end <= this.headLength || this.headLength >= tailStart
     return from >= tailStart
+  }
+
+  /**
+   * Keeps only the first `headBytes` and the last `tailBytes` of what is held, in buffers of their
+   * size; the rest counts as evicted, and the head takes no more bytes. For a stream that is kept
+   * whole elsewhere (the computer's store) once it has ended: a finished process's log shrinks to
+   * the windows its reads need, instead of holding full-size buffers for as long as it is listed.
+   */
+  shrink(headBytes: number, tailBytes: number): void {
+    const head = Math.min(this.headLength, validSize("headBytes", headBytes, 0))
+    const total = this.totalBytes
+    const tailStart = total - this.ringLength
+    // The held run that ends the stream: the tail, or everything while nothing was evicted.
+    const runStart = this.headLength >= tailStart ? 0 : tailStart
+    const keepFrom = Math.max(total - validSize("tailBytes", tailBytes, 0), head, runStart)
+    const tail = new Uint8Array(total - keepFrom)
+    let at = 0
+    for (const piece of this.piecesFrom(keepFrom)) {
+      for (const part of piece.parts) {
+        tail.set(part, at)
+        at += part.length
+      }
+    }
+    this.head = this.head.slice(0, head)
+    this.headLength = head
+    this.headFull = true
+    this.ring = tail
+    this.ringStart = 0
+    this.ringLength = tail.length
+    this.limits = { head: Math.min(this.limits.head, headBytes), tail: Math.min(this.limits.tail, tailBytes) }
   }
 
   /** Appends a chunk; the chunk is copied, so the caller may reuse it. */

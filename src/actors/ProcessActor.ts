@@ -187,7 +187,8 @@ export const make = (
         if (exit === undefined) reason ??= LOST_PROCESS
         return recordExit({ exitCode: null, signal: "SIGKILL" })
       })),
-      Effect.ensuring(Deferred.succeed(closedDeferred, undefined)),
+      // No more output can come: what the computer keeps need not be held here too.
+      Effect.ensuring(Effect.zipRight(Effect.sync(() => output.ended()), Deferred.succeed(closedDeferred, undefined))),
       Effect.forkScoped
     )
     // Stopped from outside (computer restarted, deleted or closed) before it exited: the backend

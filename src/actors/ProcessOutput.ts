@@ -30,6 +30,14 @@ export type StoreRead = (stream: StreamName, from: number, most: number) => Effe
  */
 export const HELD_WINDOW = { headBytes: 64 * 1024, tailBytes: 256 * 1024 } as const
 
+/**
+ * What it keeps once its output has ended (the drain is over): an inline result's head and tail
+ * (`--inline-bytes`, 24 KiB, halved) and a `stdout` without cursor's last lines, answered without
+ * asking the computer. A server with many finished processes listed keeps 48 KiB per stream for
+ * each at most, not the 320 KiB a running one fills (bench/held-output.ts).
+ */
+export const ENDED_WINDOW = { headBytes: 16 * 1024, tailBytes: 32 * 1024 } as const
+
 /** The most one read asks the store for at a time. */
 const READ_PIECE = 256 * 1024
 
@@ -69,6 +77,16 @@ export class ProcessOutput {
 
   private log(stream: StreamName): OutputLog {
     return stream === "stdout" ? this.stdout : this.stderr
+  }
+
+  /**
+   * The output has ended (nothing more will be appended): where the computer keeps it, the logs
+   * shrink to `ENDED_WINDOW`; where they are all there is, they stay as they are.
+   */
+  ended(): void {
+    if (this.store === undefined) return
+    this.stdout.shrink(ENDED_WINDOW.headBytes, ENDED_WINDOW.tailBytes)
+    this.stderr.shrink(ENDED_WINDOW.headBytes, ENDED_WINDOW.tailBytes)
   }
 
   /** Where the store is behind, every read is of what it holds; the logs answer when they hold enough. */

@@ -471,6 +471,73 @@ describe("OutputLog", () => {
   })
 })
 
+describe("OutputLog.shrink", () => {
+  /** The bytes of [from, to) the log holds, read back as text. */
+  const heldText = (log: OutputLog, from: number, to: number) => log.range(from, to - from).text
+
+  it("keeps the first and last bytes asked for, counts the rest as evicted and frees the large buffers", () => {
+    const data = patterned(10_000)
+    const log = new OutputLog({ headBytes: 1000, tailBytes: 4000 })
+    appendInRandomChunks(log, data, 700)
+    log.shrink(100, 300)
+    assert.strictEqual(log.total, 10_000)
+    assert.strictEqual(log.retained, 400)
+    assert.strictEqual(log.evicted, 9_600)
+    assert.isTrue(log.holds(0, 100))
+    assert.isFalse(log.holds(100, 101))
+    assert.isFalse(log.holds(9_699, 9_700))
+    assert.isTrue(log.holds(9_700, 10_000))
+    assert.strictEqual(heldText(log, 0, 100), latin(data.subarray(0, 100)))
+    assert.strictEqual(heldText(log, 9_700, 10_000), latin(data.subarray(9_700)))
+    assert.strictEqual(log.read().text, `${latin(data.subarray(0, 100))}\n${omittedMarker(9_600)}\n${latin(data.subarray(9_700))}`)
+    assert.deepStrictEqual([log.headBytes, log.tailBytes], [100, 300])
+  })
+
+  it("a stream held whole keeps its end from the head's bytes too, and every kept byte is exact", () => {
+    const data = patterned(900)
+    const log = new OutputLog({ headBytes: 800, tailBytes: 800 })
+    appendInRandomChunks(log, data, 50)
+    // 800 bytes sit in the head, 100 in the tail: the last 300 span both.
+    log.shrink(200, 300)
+    assert.strictEqual(log.retained, 500)
+    assert.strictEqual(heldText(log, 0, 200), latin(data.subarray(0, 200)))
+    assert.strictEqual(heldText(log, 600, 900), latin(data.subarray(600)))
+    assert.strictEqual(log.read().omitted, 400)
+  })
+
+  it("a stream shorter than both windows loses nothing", () => {
+    const data = patterned(250)
+    const log = new OutputLog({ headBytes: 64, tailBytes: 1024 })
+    log.append(data)
+    log.shrink(100, 300)
+    assert.strictEqual(log.retained, 250)
+    assert.strictEqual(log.read().text, latin(data))
+  })
+
+  it("last lines and cursors read across the new gap as across an evicted middle", () => {
+    const text = Array.from({ length: 1000 }, (_, i) => `line ${i}\n`).join("")
+    const log = new OutputLog({ headBytes: 4096, tailBytes: 4096 })
+    log.append(utf8(text))
+    log.shrink(20, 40)
+    const last = log.lastLines(2)
+    assert.strictEqual(last.text, "line 998\nline 999\n")
+    const fromMiddle = log.read(5000)
+    assert.strictEqual(fromMiddle.from, 5000)
+    assert.strictEqual(fromMiddle.omitted, text.length - 40 - 5000)
+    assert.isTrue(fromMiddle.text.endsWith(text.slice(-40)))
+  })
+
+  it("bytes appended after a shrink go to the smaller tail", () => {
+    const log = new OutputLog({ headBytes: 100, tailBytes: 1000 })
+    log.append(patterned(3000))
+    log.shrink(10, 20)
+    log.append(utf8("0123456789abcdefghijXYZ"))
+    assert.strictEqual(log.total, 3023)
+    assert.strictEqual(log.retained, 30)
+    assert.strictEqual(heldText(log, 3003, 3023), "3456789abcdefghijXYZ")
+  })
+})
+
 describe("truncateMiddle", () => {
   it("leaves a text within the limit alone", () => {
     assert.deepStrictEqual(truncateMiddle("hello", 5), { text: "hello", omitted: 0 })

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { omittedMarker } from "../../src/actors/OutputSlice.js"
-import { ProcessOutput, type StoreRead } from "../../src/actors/ProcessOutput.js"
+import { ENDED_WINDOW, ProcessOutput, type StoreRead } from "../../src/actors/ProcessOutput.js"
 
 const text = Array.from({ length: 20000 }, (_, i) => `${String(i).padStart(6, "0")}\n`).join("")
 const bytes = Buffer.from(text)
@@ -104,5 +104,34 @@ describe("ProcessOutput", () => {
       const output = outputOf(() => Effect.fail("gone"), 100, 50_000)
       const page = yield* output.read("stdout", { cursor: 0, maxBytes: 300, mode: "range" })
       assert.strictEqual(page.text, `${omittedMarker(text.length - 100)}\n${text.slice(-100)}`)
+    }))
+  it.effect("once ended, a held output keeps small windows and still reads every byte from the store", () =>
+    Effect.gen(function*() {
+      const store = storeOf(bytes)
+      const output = outputOf(store.read, 256 * 1024)
+      output.ended()
+      assert.strictEqual(output.stdout.total, bytes.length)
+      assert.strictEqual(output.stdout.retained, ENDED_WINDOW.headBytes + ENDED_WINDOW.tailBytes)
+      // An inline result within the windows is answered without the store.
+      const inline = yield* output.read("stdout", { cursor: 0, maxBytes: 24 * 1024, mode: "inline" })
+      assert.isTrue(inline.text.startsWith(text.slice(0, 12 * 1024)))
+      assert.isTrue(inline.text.endsWith(text.slice(-12 * 1024)))
+      const lines = yield* output.read("stdout", { lines: 3, maxBytes: 24 * 1024, mode: "lines" })
+      assert.strictEqual(lines.text, text.split("\n").slice(-4).join("\n"))
+      assert.deepStrictEqual(store.reads, [], "no read of the store")
+      // The middle the windows gave up comes from the store, exactly.
+      const middle = yield* output.read("stdout", { cursor: 70_000, maxBytes: 700, mode: "range" })
+      assert.strictEqual(middle.text, text.slice(70_000, 70_700))
+      assert.strictEqual(middle.next, 70_700)
+      assert.isAbove(store.reads.length, 0)
+    }))
+  it.effect("once ended, an output that only the logs hold keeps all of them", () =>
+    Effect.gen(function*() {
+      const output = outputOf(undefined, 256 * 1024)
+      const before = output.stdout.retained
+      output.ended()
+      assert.strictEqual(output.stdout.retained, before)
+      const middle = yield* output.read("stdout", { cursor: 70_000, maxBytes: 700, mode: "range" })
+      assert.strictEqual(middle.text, text.slice(70_000, 70_700))
     }))
 })
