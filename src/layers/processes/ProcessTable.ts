@@ -6,6 +6,7 @@
  * processes of computers it may use: another session's private computer's do not exist for it.
  */
 import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
 import type * as Scope from "effect/Scope"
 import { InvalidInput, ProcessNotFound } from "../../domain/Errors.js"
 import type { ComputerHandle } from "../../services/Computers.js"
@@ -33,7 +34,11 @@ interface Entry {
 /** A table whose watches of computers end with the Scope. */
 export const make = (maxFinished: number): Effect.Effect<ProcessTable, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const scope = yield* Effect.scope
+    // Watches run as fibers of the table, not of the call that first spawned on a computer: a fiber
+    // forked from a call keeps that call's fiber, and its result (a spawn's inline output), for as
+    // long as it runs (Effect's child fibers hold their parent), here as long as the computer lives.
+    const watchers = yield* FiberSet.make<void>()
+    const runWatch = yield* FiberSet.runtime(watchers)<never>()
     const entries = new Map<string, Entry>()
     const finishedIds: Array<string> = []
     /** Incarnations whose end is watched. */
@@ -49,9 +54,10 @@ export const make = (maxFinished: number): Effect.Effect<ProcessTable, never, Sc
     const watch = (computer: ComputerHandle) =>
       watched.has(computer.incarnation)
         ? Effect.void
-        : Effect.sync(() => watched.add(computer.incarnation)).pipe(
-          Effect.zipRight(Effect.forkIn(Effect.zipRight(computer.closed, forget(computer)), scope))
-        )
+        : Effect.sync(() => {
+          watched.add(computer.incarnation)
+          runWatch(Effect.zipRight(computer.closed, forget(computer)))
+        })
 
     return {
       nextId: Effect.sync(() => `p${++counter}`),
