@@ -51,7 +51,9 @@ const startServer = () =>
         // KT_HEAP_REPORT=<file>: the server's heap after a full GC, with every session still open.
         ...(process.env.KT_HEAP_REPORT
           ? { KT_HEAP_REPORT: process.env.KT_HEAP_REPORT, NODE_OPTIONS: process.env.KT_NODE_OPTIONS ?? `--expose-gc --import ${join(root, "bench", "support", "heap-report.mjs")}` }
-          : {})
+          : {}),
+        // KT_HEAP_SNAPSHOT=<file> (with KT_HEAP_REPORT): a V8 heap snapshot of the server there, too.
+        ...(process.env.KT_HEAP_SNAPSHOT ? { KT_HEAP_SNAPSHOT: process.env.KT_HEAP_SNAPSHOT } : {})
       }
     })
     let log = ""

@@ -1,9 +1,10 @@
 // Preloaded into a server under measurement (NODE_OPTIONS="--expose-gc --import <this file>"): on
 // SIGUSR2 it writes to $KT_HEAP_REPORT, as JSON, process.memoryUsage() and V8's heap spaces (their
 // size and use) before a full collection, then memoryUsage() after two. It writes nothing to stdout
-// (the MCP protocol's in stdio mode). Bench-only.
+// (the MCP protocol's in stdio mode). With $KT_HEAP_SNAPSHOT set, it then writes a V8 heap snapshot
+// there too (for what holds the memory: retainers, by `node --inspect` or a script). Bench-only.
 import { readFileSync, writeFileSync } from "node:fs"
-import { getHeapSpaceStatistics } from "node:v8"
+import { getHeapSpaceStatistics, writeHeapSnapshot } from "node:v8"
 
 process.on("SIGUSR2", () => {
   const before = process.memoryUsage()
@@ -15,4 +16,5 @@ process.on("SIGUSR2", () => {
   globalThis.gc?.()
   globalThis.gc?.()
   writeFileSync(process.env.KT_HEAP_REPORT, JSON.stringify({ before, rollup, spaces, after: process.memoryUsage() }))
+  if (process.env.KT_HEAP_SNAPSHOT) writeHeapSnapshot(process.env.KT_HEAP_SNAPSHOT)
 })
