@@ -123,6 +123,40 @@ export const durableCases = (target: ConformanceTarget) => {
       })).pipe(Effect.ensuring(a.close))
     })), 240_000)
 
+  it.live("a terminal started by server A is picked up by server B after A shut down: its screen as it was, its input, its end",
+    needing(target, ["heldProcesses", "pty", "stdin"], Effect.gen(function*() {
+      const id = unique("conf-tty")
+      const pid = yield* run(target, Effect.gen(function*() {
+        const { computers, processes } = yield* services
+        yield* computers.create("a", { computer_id: id, temporary: false })
+        const spawned = yield* processes.spawn("a", {
+          computer_id: id,
+          command: "echo first-line; printf 'name? '; read name; echo \"hello $name\"",
+          tty: true,
+          cols: 100,
+          rows: 20,
+          background: true
+        })
+        const asked = yield* processes.wait("a", { id: spawned.pid, computer_id: id, pattern: "name\\? ", timeoutMs: 30_000 })
+        assert.strictEqual(asked.outcome, "matched")
+        return spawned.pid
+      }))
+      yield* run(target, Effect.gen(function*() {
+        const { computers, processes } = yield* services
+        // The screen is rebuilt from the terminal's retained output.
+        const shown = yield* processes.read("b", { id: pid, computer_id: id })
+        assert.isDefined(shown.screen)
+        assert.match(shown.stdout, /^first-line$/m)
+        assert.match(shown.stdout, /^name\?/m)
+        yield* processes.stdin("b", { id: pid, computer_id: id, input: "kiln\\r" })
+        const done = yield* processes.wait("b", { id: pid, computer_id: id, timeoutMs: 30_000 })
+        assert.strictEqual(done.exitCode, 0)
+        const read = yield* processes.read("b", { id: pid, computer_id: id })
+        assert.match(read.stdout, /^hello kiln$/m)
+        yield* computers.delete("b", id)
+      }))
+    })), 240_000)
+
   it.live("a web server in a permanent computer keeps answering after the server that started it shut down, until a new server kills it",
     needing(target, ["heldProcesses"], Effect.gen(function*() {
       const id = unique("conf-web")
