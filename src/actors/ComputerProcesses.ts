@@ -129,6 +129,7 @@ export const make = (options: {
           if (held !== undefined && process.handle !== undefined) followedIn(held).add(process.handle)
           const handle = process.handle
           const id = held === undefined || handle === undefined ? request.id : `p${handle}`
+          if (id !== request.id) yield* Spans.annotate(() => ({ [Spans.Attr.processId]: id }))
           yield* request.onStart?.(id) ?? Effect.void
           const actor = yield* ProcessActor.make(process, {
             id,
@@ -212,12 +213,13 @@ export const make = (options: {
         // A spawn under way may have its handle, not yet known here: the connection follows it already.
         const fresh = records.filter((record) => !known.has(record.handle) && !held.following(record.handle))
         for (const record of fresh) known.add(record.handle)
-        const adopted = yield* Effect.forEach(fresh, (record) => Effect.either(adopt(held, record, options)), { concurrency: 8 })
-        // One that cannot be attached (it went meanwhile) is tried again by a later call.
+        // One that cannot be attached (it went meanwhile, or a step stopped it) is tried again by a
+        // later call; the caller's call goes on either way.
+        const adopted = yield* Effect.forEach(fresh, (record) => Effect.exit(adopt(held, record, options)), { concurrency: 8 })
         adopted.forEach((result, i) => {
-          if (result._tag === "Left") known.delete(fresh[i]!.handle)
+          if (Exit.isFailure(result)) known.delete(fresh[i]!.handle)
         })
-        return adopted.flatMap((result) => (result._tag === "Right" ? [result.right] : []))
+        return adopted.flatMap((result) => (Exit.isSuccess(result) ? [result.value] : []))
       })
 
     const running = Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
