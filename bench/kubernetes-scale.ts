@@ -67,7 +67,7 @@ const memory = async (): Promise<{ heapUsed: number; rss: number }> => {
   for (let i = 0; i < 400; i++) {
     await new Promise((resolve) => setTimeout(resolve, 50))
     try {
-      return JSON.parse(readFileSync(report, "utf8"))
+      return JSON.parse(readFileSync(report, "utf8")).after // after a full collection
     } catch { /* not written yet */ }
   }
   throw new Error("the server wrote no heap report")
@@ -86,12 +86,21 @@ await use("warm")
 await server.call("computer_delete", { computer_id: "warm" })
 await new Promise((resolve) => setTimeout(resolve, 1000))
 const before = await memory()
+/** CPU seconds a process has used (utime + stime of /proc/PID/stat, in clock ticks of 1/100 s). */
+const cpuOf = (pid: number) => {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+const serverCpuBefore = cpuOf(server.pid!)
+const fakeCpuBefore = process.cpuUsage()
 const started = performance.now()
 await pool(count, async (i) => {
   await use(`scale-${i}`)
   if ((i + 1) % 100 === 0) process.stderr.write(`  ${i + 1} created, ${((performance.now() - started) / 1000).toFixed(0)} s\n`)
 })
 const createSeconds = (performance.now() - started) / 1000
+const serverCpu = cpuOf(server.pid!) - serverCpuBefore
+const fakeCpu = process.cpuUsage(fakeCpuBefore)
 await new Promise((resolve) => setTimeout(resolve, 2000))
 const after = await memory()
 const listStart = performance.now()
@@ -107,9 +116,10 @@ const left = fake.api.store.list(CLAIMS, fake.namespace, "kilntainers=true").len
 
 console.log(`${count} computers on the Kubernetes fake (pods: bubblewrap sandboxes), ${concurrency} at a time, through one server`)
 console.log(`  created and used once: ${createSeconds.toFixed(1)} s, ${(count / createSeconds).toFixed(1)}/s; the fake's own pace (claim → Ready, ${baselineCount}): ${baselineRate.toFixed(1)}/s; ratio ${((count / createSeconds) / baselineRate).toFixed(2)}`)
+console.log(`  CPU per computer created: server ${(serverCpu * 1000 / count).toFixed(0)} ms, the fake (API, controller, pods/exec; this process) ${((fakeCpu.user + fakeCpu.system) / 1000 / count).toFixed(0)} ms`)
 console.log(`  computer_list of ${listed.structured?.count ?? "?"}: ${listMs.toFixed(0)} ms`)
 console.log(`  removed: ${removeSeconds.toFixed(1)} s, ${(count / removeSeconds).toFixed(1)}/s; claims left: ${left}; failed calls: ${failures}`)
-console.log(`  heap: ${(before.heapUsed / MiB).toFixed(1)} MiB with none → ${(after.heapUsed / MiB).toFixed(1)} MiB with ${count} idle: ${((after.heapUsed - before.heapUsed) / count / MiB).toFixed(3)} MiB per computer (target ≤ 0.5); RSS ${((after.rss - before.rss) / count / MiB).toFixed(3)} MiB per computer`)
+console.log(`  heap: ${(before.heapUsed / MiB).toFixed(1)} MiB with none → ${(after.heapUsed / MiB).toFixed(1)} MiB with ${count} idle: ${((after.heapUsed - before.heapUsed) / count / MiB).toFixed(3)} MiB per computer (target ≤ 0.5); RSS ${(before.rss / MiB).toFixed(0)} → ${(after.rss / MiB).toFixed(0)} MiB, ${((after.rss - before.rss) / count / MiB).toFixed(3)} MiB per computer`)
 await server.client.close()
 await fake.close()
 rmSync(scratch, { recursive: true, force: true })

@@ -137,12 +137,12 @@ export class FakeSandboxController {
   /** Expiries, and containers that ended. */
   private tick() {
     const now = Date.now()
-    for (const claim of this.store.list(CLAIMS, undefined)) {
+    for (const claim of this.store.peek(CLAIMS, undefined)) {
       if (expired(claim["spec"]?.["lifecycle"]?.["shutdownTime"], now) && conditionOf(claim, "Ready")?.["reason"] !== "ClaimExpired") {
         this.reconcile("claim", claim["metadata"]["namespace"], claim["metadata"]["name"])
       }
     }
-    for (const sandbox of this.store.list(SANDBOXES, undefined)) {
+    for (const sandbox of this.store.peek(SANDBOXES, undefined)) {
       if (expired(sandbox["spec"]?.["shutdownTime"], now) && conditionOf(sandbox, "Ready")?.["reason"] !== "SandboxExpired") {
         this.reconcile("sandbox", sandbox["metadata"]["namespace"], sandbox["metadata"]["name"])
       }

@@ -15,6 +15,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { Agent as HttpAgent, type ClientRequest, type IncomingMessage, request as httpRequest } from "node:http"
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
+import { createSecureContext, type SecureContext } from "node:tls"
 import type { ProviderError } from "../../../domain/Errors.js"
 import { fromStatus, kubeError } from "./KubeError.js"
 
@@ -35,6 +36,11 @@ export interface Credentials {
   readonly servername?: string | undefined
   readonly rejectUnauthorized?: boolean | undefined
   readonly headers: Readonly<Record<string, string>>
+  /**
+   * `ca`, `cert` and `key` made into a TLS context once, for WebSockets: given the PEMs, every
+   * connection would parse them into a context of its own (a cost each exec paid).
+   */
+  readonly secureContext: SecureContext
 }
 
 export interface RequestSpec {
@@ -85,13 +91,18 @@ export const make = (options: KubeApiOptions) =>
         catch: (error) => kubeError("authenticate to the cluster", "Denied", error instanceof Error ? error.message : String(error), error)
       })
       const headers = Object.fromEntries(Object.entries(opts.headers ?? {}).map(([k, v]) => [k, String(v)]))
+      const tls = { ca: opts.ca as Buffer | undefined, cert: opts.cert as Buffer | undefined, key: opts.key as Buffer | undefined }
+      const previous = cached?.credentials
+      const sameTls = previous !== undefined && String(previous.ca) === String(tls.ca) && String(previous.cert) === String(tls.cert) && String(previous.key) === String(tls.key)
       const made: Credentials = {
-        ca: opts.ca as Buffer | undefined,
-        cert: opts.cert as Buffer | undefined,
-        key: opts.key as Buffer | undefined,
+        ...tls,
         servername: opts.servername,
         rejectUnauthorized: opts.rejectUnauthorized,
-        headers
+        headers,
+        secureContext: sameTls ? previous.secureContext : yield* Effect.try({
+          try: () => createSecureContext(tls),
+          catch: (error) => kubeError("read the cluster's certificates", "Invalid", error instanceof Error ? error.message : String(error), error)
+        })
       }
       cached = { at: now, credentials: made }
       return made

@@ -4,11 +4,12 @@
  *
  * The pod is the claim's Sandbox's (`status.sandbox.name`; the Sandbox's pod-name annotation, or
  * its own name). The agent — the static binary the host and Docker backends run — is copied in by
- * one exec that reads exactly its size from stdin (`head -c`, so neither protocol needs to close
- * stdin) into `/.kilntainers` or, where the root is read-only, `/tmp/.kilntainers`; a second exec
- * starts it bound to the connection (`--bound`: its exec's end ends it) on a socket in that
- * directory, with a key made for the connection, and a third runs the connector (`--connect`), whose
- * stdin and stdout carry the agent's framed protocol (AgentClient proves the key). Every process is
+ * an exec that reads exactly its size from stdin (`head -c`, so neither protocol needs to close
+ * stdin) into `/.kilntainers` or, where the root is read-only, `/tmp/.kilntainers`, and then
+ * becomes the agent, bound to the connection (`--bound`: its exec's end ends it) on a socket in
+ * that directory, with a key made for the connection; a second exec runs the connector
+ * (`--connect`), whose stdin and stdout carry the agent's framed protocol (AgentClient proves the
+ * key). Two execs per connection, not three: each is a connection and a shell in the pod. Every process is
  * then a fork+exec by the agent inside the pod (AgentProcesses.ts): terminals, stdin, signals to the
  * group, exact bytes.
  *
@@ -36,13 +37,21 @@ import { BACKEND, kubeError } from "./KubeError.js"
 import * as PodExec from "./PodExec.js"
 import { ended, HOME, type KubeObject, POD_NAME_ANNOTATION, sandboxPath } from "./SandboxObjects.js"
 
-/** Installs the agent: argv[1] is its size; prints where it is. */
+/**
+ * Installs the agent and starts it, in one exec: argv[1] is its size, argv[2] names its socket and
+ * store. Prints where the agent is once it is in place, then becomes the agent, which reads its key
+ * (sent only after that line: a `head` may read ahead, and must not take the key) and says `ready`.
+ */
 export const INSTALL = [
   `d=/.kilntainers; mkdir -p "$d" 2>/dev/null && [ -w "$d" ] || { d=/tmp/.kilntainers; mkdir -p "$d"; }`,
   `head -c "$1" > "$d/kt-agent.t" && chmod 755 "$d/kt-agent.t" && mv -f "$d/kt-agent.t" "$d/kt-agent" || exit 3`,
   `mkdir -p ${HOME}`,
-  `printf '%s\\n' "$d/kt-agent"`
+  `printf '%s\\n' "$d/kt-agent"`,
+  `exec "$d/kt-agent" --listen "$d/agent-$2.sock" --store "$d/agent-$2.store" --no-parent --caps keep --bound`
 ].join("\n")
+
+/** How long copying the agent in may take (a slow link, a loaded node). */
+const INSTALL_TIMEOUT = "120 seconds"
 
 export interface ConnectionContext {
   readonly api: KubeApi
@@ -69,48 +78,67 @@ export const podOf = (context: Pick<ConnectionContext, "api" | "namespace" | "wa
     return typeof annotated === "string" && annotated !== "" ? annotated : sandboxName
   })
 
-/** Copies the agent into the pod; answers its path there. */
-const install = (context: ConnectionContext, pod: string, binary: Uint8Array) =>
-  PodExec.run(context.api, context.namespace, pod, ["/bin/sh", "-c", INSTALL, "kt", String(binary.length)], binary).pipe(
-    Effect.flatMap((result) =>
-      result.code === 0 && result.stdout.trim().startsWith("/")
-        ? Effect.succeed(result.stdout.trim())
-        : Effect.fail(kubeError("copy the agent into the pod", "Failed", `${pod}: ${result.stderr.trim() || result.status || `exit code ${result.code}`} (the image needs /bin/sh, head, chmod and mv)`))
-    )
-  )
-
-/** Lines of an exec's stdout until `ready` (true) or its end (false). */
-const saysReady = (exec: PodExec.ExecProcess) =>
-  Effect.async<boolean>((resume) => {
-    let said = ""
-    exec.stdout.on("data", (chunk: Buffer) => {
-      said = (said + chunk.toString("utf8")).slice(-64)
-      if (said.includes("ready\n")) resume(Effect.succeed(true))
-    })
-    exec.stdout.on("end", () => resume(Effect.succeed(false)))
+/**
+ * What an exec's stdout has said (its last 4 KiB), read from its start; `until(said)` answers once
+ * `said` finds its answer in it, or none when stdout ended without.
+ */
+const transcript = (exec: PodExec.ExecProcess) => {
+  let text = ""
+  let ended = false
+  const checks = new Set<() => void>()
+  exec.stdout.on("data", (chunk: Buffer) => {
+    text = (text + chunk.toString("utf8")).slice(-4096)
+    for (const check of [...checks]) check()
   })
+  exec.stdout.once("end", () => {
+    ended = true
+    for (const check of [...checks]) check()
+  })
+  return <A>(said: (text: string) => A | undefined) =>
+    Effect.async<Option.Option<A>>((resume) => {
+      const check = () => {
+        const found = said(text)
+        if (found === undefined && !ended) return
+        checks.delete(check)
+        resume(Effect.succeed(Option.fromNullable(found)))
+      }
+      checks.add(check)
+      check()
+      return Effect.sync(() => void checks.delete(check))
+    })
+}
 
 /**
- * Starts the pod's agent bound to this connection (`--bound`: the end of its exec — its stdin —
- * ends it and every process, as before) on a socket under its directory, with a key made for this
- * connection, and attaches through the connector (`--connect`), proving the key.
+ * Copies the agent into the pod and starts it bound to this connection (`--bound`: the end of its
+ * exec — its stdin — ends it and every process) on a socket under its directory, with a key made
+ * for this connection; then attaches through the connector (`--connect`), proving the key. Two
+ * execs: the copy and the agent's start share one (one connection, one shell fewer per computer).
  */
-const openAgent = (context: ConnectionContext, pod: string, path: string, onLost: (reason: string) => void) =>
+const openAgent = (context: ConnectionContext, pod: string, onLost: (reason: string) => void) =>
   Effect.gen(function*() {
     const key = Handshake.newKey()
-    const run = path.replace(/\/kt-agent$/, "")
-    const socket = `${run}/agent-${key.slice(0, 16)}.sock`
-    const daemon = yield* PodExec.open(context.api, context.namespace, pod, [
-      path, "--listen", socket, "--store", `${run}/agent-${key.slice(0, 16)}.store`, "--no-parent", "--caps", "keep", "--bound"
-    ], { stdin: true, tty: false })
-    daemon.stdin.write(`${key}\n`)
-    let said = ""
-    daemon.stderr.on("data", (chunk: Buffer) => void (said = (said + chunk.toString("utf8")).slice(-2000)))
-    if (!(yield* saysReady(daemon))) {
+    const tag = key.slice(0, 16)
+    const binary = context.binaries.agentBytes
+    const daemon = yield* PodExec.open(context.api, context.namespace, pod, ["/bin/sh", "-c", INSTALL, "kt", String(binary.length), tag], { stdin: true, tty: false })
+    let complaint = ""
+    daemon.stderr.on("data", (chunk: Buffer) => void (complaint = (complaint + chunk.toString("utf8")).slice(-2000)))
+    const until = transcript(daemon)
+    // The bytes checked against the manifest at startup, never the file as it is now.
+    daemon.stdin.write(binary)
+    const path = yield* until((text) => /^(\/\S*\/kt-agent)\n/.exec(text)?.[1]).pipe(
+      Effect.timeoutFail({ duration: INSTALL_TIMEOUT, onTimeout: () => kubeError("copy the agent into the pod", "Timeout", `${pod}: not done within ${INSTALL_TIMEOUT}`) })
+    )
+    if (Option.isNone(path)) {
       const code = yield* Effect.promise(() => daemon.closed)
-      return yield* kubeError("start the agent", "Unavailable", `${pod}: ${said.trim() || `it exited with status ${code}`}`)
+      return yield* kubeError("copy the agent into the pod", "Failed", `${pod}: ${complaint.trim() || daemon.status || `exit code ${code}`} (the image needs /bin/sh, head, chmod and mv)`)
     }
-    const exec = yield* PodExec.open(context.api, context.namespace, pod, [path, "--connect", socket], { stdin: true, tty: false })
+    daemon.stdin.write(`${key}\n`)
+    if (Option.isNone(yield* until((text) => (text.includes("ready\n") ? true : undefined)))) {
+      const code = yield* Effect.promise(() => daemon.closed)
+      return yield* kubeError("start the agent", "Unavailable", `${pod}: ${complaint.trim() || `it exited with status ${code}`}`)
+    }
+    const socket = `${path.value.replace(/\/kt-agent$/, "")}/agent-${tag}.sock`
+    const exec = yield* PodExec.open(context.api, context.namespace, pod, [path.value, "--connect", socket], { stdin: true, tty: false })
     const client = yield* Effect.acquireRelease(
       Effect.sync(() =>
         new AgentClient.AgentClient(BACKEND, {
@@ -136,10 +164,8 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
         return Deferred.succeed(lost, reason)
       })
     const pod = yield* podOf(context, claimName)
-    // The bytes checked against the manifest at startup, never the file as it is now.
-    const path = yield* install(context, pod, context.binaries.agentBytes)
     const agentDied = yield* Deferred.make<string>()
-    const client = yield* openAgent(context, pod, path, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))
+    const client = yield* openAgent(context, pod, (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason)))
     // The claim going (deleted or expired) is the loss; the agent's end says so when nothing else does.
     yield* context.watch.until(claimName, (claim) => ended(claim), "gone").pipe(
       Effect.flatMap(Option.match({
