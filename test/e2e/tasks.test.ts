@@ -17,6 +17,15 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("Tas
   const call = (name: string, args: Record<string, unknown>, options: ModernOptions) =>
     modernRequest(server.url, "tools/call", { name, arguments: args }, options)
   const get = (taskId: string, options: ModernOptions) => modernRequest(server.url, "tasks/get", { taskId }, options)
+  /**
+   * The session's default computer, made before the calls a test times: the budget is wall time,
+   * and making a computer can take longer than a second on a loaded machine (a call that makes one
+   * is a task then, and may name no process yet).
+   */
+  const ready = async (key: string) => {
+    const made = await call("sandbox_exec", { command: "true" }, as(key, false))
+    assert.strictEqual(made.result.structuredContent.exit_code, 0, JSON.stringify(made))
+  }
 
   beforeAll(async () => {
     server = await startHttpServer(["--backend", "host"], { KILNTAINERS_AUTH_TOKEN: token })
@@ -26,6 +35,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("Tas
   })
 
   it("answers a quick call at once, and makes a long one a task whose result tasks/get gives once it ends", async () => {
+    await ready("a")
     const quick = await call("sandbox_exec", { command: "echo quick" }, as("a"))
     assert.strictEqual(quick.result.resultType, "complete")
     assert.strictEqual(quick.result.structuredContent.stdout, "quick\n")
@@ -48,6 +58,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("Tas
   }, 60_000)
 
   it("cancelling a sandbox_exec task kills its command; cancelling a spawn task ends the wait and leaves the process running", async () => {
+    await ready("c")
     const exec = await call("sandbox_exec", { command: "sleep 60" }, as("c"))
     const spawn = await call("spawn", { command: "sleep 60", timeoutMs: 30_000 }, as("c"))
     assert.strictEqual(exec.result.resultType, "task")
@@ -67,6 +78,7 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("Tas
   }, 60_000)
 
   it("turns a long wait into a task that completes when its pattern shows", async () => {
+    await ready("d")
     const started = await call("spawn", { command: "sleep 2; echo ready-now; sleep 60", background: true }, as("d"))
     const pid = started.result.structuredContent.pid as string
     const wait = await call("wait", { id: pid, pattern: "ready-now", timeoutMs: 30_000 }, as("d"))
