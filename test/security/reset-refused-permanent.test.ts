@@ -31,6 +31,8 @@ describeIf(requirementsMet && checked !== undefined, `${requirements}, and Docke
     afterAll(async () => {
       await server?.call("computer_delete", { computer_id: id }).catch(() => undefined)
       await server?.close()
+      // A failed run leaves the refused container, which the server cannot delete without starting it.
+      await docker().getContainer(`kilntainer-${id}`).remove({ force: true }).catch(() => undefined)
       project?.remove()
     }, 120_000)
 
