@@ -6,7 +6,8 @@
  * replaced at every restart, reset or recovery: a new generation), written only by `become` — the
  * steps, a loss, the lease renewal's answer and the finalizer all go through it. Beside it: the
  * sessions that hold it, its processes (a FiberMap: a process belongs to its computer, never to the
- * request that started it) and the lease renewal. Lifecycle steps are serialised by one permit:
+ * request that started it) and the lease renewal. Lifecycle steps are serialised by one permit
+ * (and, across servers, by the computer's lease where it has one, Connection.lease):
  * processes end first (SIGTERM, a grace, then kill; `ps` records why), then the provider acts.
  * Nothing outside mutates its state; the provider is a set of stateless calls.
  */
@@ -16,9 +17,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
-import * as Random from "effect/Random"
 import * as Scope from "effect/Scope"
-import type { ComputerMetadata } from "../domain/ComputerMetadata.js"
 import { ComputerUnavailable, type ProviderError, providerError, Unsupported } from "../domain/Errors.js"
 import type { Backend, Instance, SpawnSpec } from "../services/Backend.js"
 import type { ProcessRequest } from "../services/Computers.js"
@@ -31,13 +30,11 @@ import { ComputerLife, ending, stateOf, whyOf } from "./ComputerLife.js"
 import * as ComputerPorts from "./ComputerPorts.js"
 import * as ComputerProcesses from "./ComputerProcesses.js"
 import * as LeaseRenewal from "./LeaseRenewal.js"
+import { newMetadata } from "./NewMetadata.js"
 import { runToCompletion } from "./RunToCompletion.js"
 
 export type { ComputerActor, ComputerActorOptions, ComputerState, Origin, ServerIdentity } from "./ComputerActorApi.js"
 
-const iso = (millis: number) => new Date(millis).toISOString()
-/** A fresh random nonce: finds a computer whose create answer was lost. */
-const nonce = Effect.map(Random.nextIntBetween(0, 0x7fffffff), (n) => n.toString(36))
 
 /**
  * Runs a computer in the given Scope (the registry's). Creation or attachment proceeds in the
@@ -125,21 +122,7 @@ export const make = (
 
     /** The metadata of a new computer; `previous` is the one a factory reset replaces. */
     const metadataFor = (previous: Instance | undefined) =>
-      Effect.gen(function*() {
-        const now = yield* Clock.currentTimeMillis
-        const metadata: ComputerMetadata = {
-          id,
-          temporary: options.temporary,
-          image: previous?.metadata.image ?? backend.image,
-          created: iso(now),
-          instance: options.server.instanceId,
-          owner: options.server.owner,
-          nonce: yield* nonce,
-          ...(backend.renewal === undefined ? {} : { expires: iso(now + backend.renewal.leaseMs) }),
-          ...(origin._tag === "Create" && origin.pooled && previous === undefined ? { pooled: true } : {})
-        }
-        return metadata
-      })
+      newMetadata(backend, options, id, previous, origin._tag === "Create" && origin.pooled === true)
 
     const startIfNeeded = (found: Instance) => found.state === "running" ? Effect.succeed(found) : backend.start(found)
 
@@ -231,6 +214,10 @@ export const make = (
         ? Effect.succeed(life.connection.value)
         : Effect.fail(new ComputerUnavailable({ id, state: stateOf(life), ...(whyOf(life) === undefined ? {} : { why: whyOf(life)! }) })))
 
+    /** The computer's lease for a step while its connection stands: one server's step at a time (a Conflict names the other's). */
+    const leased = (left: ComputerLife, step: string) =>
+      left._tag === "Running" && left.connection.value.lease !== undefined ? left.connection.value.lease(step) : Effect.void
+
     // What runs in the computer goes through its connection, while it is usable.
     const spawn = (request: ProcessRequest) => Effect.flatMap(usable, (target) => processes.spawn(target, request))
     const run = (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) =>
@@ -252,6 +239,7 @@ export const make = (
           const left = life
           // A computer never created (failed) has nothing to restart or reset.
           if (ending(left) || left.instance === undefined) return yield* new ComputerUnavailable({ id, state: stateOf(left) })
+          yield* leased(left, name)
           const instance = left.instance
           become(during({ instance }))
           yield* processes.endAll(`${label()} ${ended}`)
@@ -260,7 +248,7 @@ export const make = (
             Effect.tapError(() => Effect.sync(() => become(ComputerLife.Lost({ instance: instanceNow(), why: failed })))),
             Effect.map(become)
           )
-        }).pipe(traced(name, spanned))
+        }).pipe(Effect.scoped, traced(name, spanned))
       )
 
     const unsupported = (feature: string) => new Unsupported({ backend: backend.name, feature })
@@ -315,15 +303,18 @@ export const make = (
     const destroy = unlessExternal("delete", lifecycle.withPermits(1)(Effect.suspend(() => {
       const left = life
       if (left._tag === "Deleted") return Effect.void
-      become(ComputerLife.Deleting({ instance: left.instance }))
       return Effect.gen(function*() {
+        yield* leased(left, "delete")
+        become(ComputerLife.Deleting({ instance: left.instance }))
         yield* processes.endAll(`${label()} deleted`)
         yield* close(left)
         if (left.instance !== undefined) yield* backend.remove(left.instance)
         become(ComputerLife.Deleted({ instance: left.instance }))
         yield* Deferred.succeed(deleted, undefined)
       }).pipe(
-        Effect.tapError(() => Effect.sync(() => become(ComputerLife.Lost({ instance: left.instance, why: "delete failed" })))),
+        // Refused (another server is mid-step): it is as it was.
+        Effect.tapError(() => Effect.sync(() => life._tag === "Deleting" && become(ComputerLife.Lost({ instance: left.instance, why: "delete failed" })))),
+        Effect.scoped,
         traced("delete", spanned)
       )
     })))
@@ -371,6 +362,7 @@ export const make = (
       visibleTo: (session) => !options.temporary || shared || owners.has(session),
       spawn,
       run,
+      follow: (follow) => Effect.flatMap(usable, (target) => processes.follow(target, follow)),
       openPort: (port) => Effect.flatMap(usable, (target) => ComputerPorts.open(backend.name, target, port)),
       publicUrl: (port) => Effect.flatMap(usable, (target) => ComputerPorts.publicUrl(target, port)),
       closed: Deferred.await(closed),

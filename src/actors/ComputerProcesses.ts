@@ -1,7 +1,10 @@
 /**
  * The processes of one computer, as its actor keeps them: a FiberMap of their lifetimes (a process
- * belongs to its computer, never to the request that started it), the live ones by id, and the few
- * that ended lately (a loss noticed moments after their end explains it).
+ * belongs to its computer, never to the request that started it), the live ones, and the few that
+ * ended lately (a loss noticed moments after their end explains it). Where the computer holds its
+ * processes (Connection.held), a process is named by the computer's handle (`p<handle>`), and the
+ * ones this server did not start (another server's, or this one's before it restarted) are
+ * followed on demand (`follow`), under the same handles.
  */
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -12,8 +15,8 @@ import * as Exit from "effect/Exit"
 import * as FiberMap from "effect/FiberMap"
 import type * as Scope from "effect/Scope"
 import { type ProviderError, SpawnFailed } from "../domain/Errors.js"
-import type { Connection } from "../services/Backend.js"
-import type { ProcessRequest } from "../services/Computers.js"
+import type { Connection, HeldProcess, HeldProcesses } from "../services/Backend.js"
+import type { FollowOptions, ProcessRequest } from "../services/Computers.js"
 import type { ProcessHandle } from "../services/Processes.js"
 import * as Spans from "../services/Spans.js"
 import * as ProcessActor from "./ProcessActor.js"
@@ -38,6 +41,11 @@ export interface ComputerProcesses {
   readonly lost: (reason: string) => Effect.Effect<void>
   /** How many still run. */
   readonly running: Effect.Effect<number>
+  /**
+   * The processes the computer holds that this server does not follow yet, followed from now on
+   * (none where the computer does not hold its processes).
+   */
+  readonly follow: (target: Connection, options: FollowOptions) => Effect.Effect<ReadonlyArray<ProcessHandle>, ProviderError>
 }
 
 export const make = (options: {
@@ -51,6 +59,16 @@ export const make = (options: {
     const supervisor = yield* FiberMap.make<string>()
     /** Why the processes being stopped now are stopped (their spans end before their exit is recorded). */
     let stopping: string | undefined
+    /** The handles this server follows or followed, in the computer's agent `boot`. */
+    let boot: string | undefined
+    const followed = new Set<number>()
+    const followedIn = (held: HeldProcesses) => {
+      if (held.boot !== boot) {
+        boot = held.boot
+        followed.clear()
+      }
+      return followed
+    }
 
     const stopAll = (reason: string) =>
       Effect.suspend(() => {
@@ -105,11 +123,16 @@ export const make = (options: {
         const started = yield* Deferred.make<ProcessHandle, SpawnFailed | ProviderError>()
         // The process's span runs from spawn to exit; output of children that outlive it may follow.
         const untilExit = Effect.gen(function*() {
-          const process = yield* target.spawn(request.spec)
           const held = target.held
+          const process = yield* target.spawn(request.spec)
+          // `follow` must not follow this one too.
+          if (held !== undefined && process.handle !== undefined) followedIn(held).add(process.handle)
           const handle = process.handle
+          const id = held === undefined || handle === undefined ? request.id : `p${handle}`
+          if (id !== request.id) yield* Spans.annotate(() => ({ [Spans.Attr.processId]: id }))
+          yield* request.onStart?.(id) ?? Effect.void
           const actor = yield* ProcessActor.make(process, {
-            id: request.id,
+            id,
             computerId,
             command: request.command,
             cwd: request.spec.cwd,
@@ -146,6 +169,59 @@ export const make = (options: {
         return yield* Deferred.await(started)
       })
 
+    /** Follows one process the computer holds, as an actor in the FiberMap; answers once it does. */
+    const adopt = (held: HeldProcesses, record: HeldProcess, follow: FollowOptions) =>
+      Effect.gen(function*() {
+        const key = `${held.boot}/${record.handle}`
+        const started = yield* Deferred.make<ProcessHandle, ProviderError>()
+        // A terminal's screen is rebuilt from its retained output; a pipe's earlier bytes stay in the store.
+        const from = record.tty ? { stdout: 0, stderr: 0 } : record.totals
+        const lifetime = Effect.gen(function*() {
+          const attached = yield* held.attach(record.handle, from)
+          const now = attached.held
+          const actor = yield* ProcessActor.make(attached.process, {
+            id: `p${record.handle}`,
+            computerId: options.computerId(),
+            command: now.command,
+            cwd: now.cwd,
+            tty: now.tty ? now.size : undefined,
+            headBytes: HELD_WINDOW.headBytes,
+            tailBytes: HELD_WINDOW.tailBytes,
+            mailboxCapacity: follow.mailboxCapacity,
+            onExit: follow.onExit,
+            store: (stream, at, most) => held.read(record.handle, stream, at, most),
+            adopted: { startedAt: now.startedAt, endedAt: now.endedAt, from }
+          })
+          if (now.note !== "") yield* actor.noteReason(now.note)
+          live.set(key, actor)
+          yield* Deferred.succeed(started, actor)
+          yield* actor.closed
+        }).pipe(
+          Effect.scoped,
+          Effect.onExit((exit) => Effect.zipRight(forget(key), Exit.isFailure(exit) ? Deferred.failCause(started, exit.cause) : Effect.void))
+        )
+        yield* FiberMap.run(supervisor, key, lifetime)
+        return yield* Deferred.await(started)
+      })
+
+    const follow = (target: Connection, options: FollowOptions) =>
+      Effect.gen(function*() {
+        const held = target.held
+        if (held === undefined) return []
+        const records = yield* held.list
+        const known = followedIn(held)
+        // A spawn under way may have its handle, not yet known here: the connection follows it already.
+        const fresh = records.filter((record) => !known.has(record.handle) && !held.following(record.handle))
+        for (const record of fresh) known.add(record.handle)
+        // One that cannot be attached (it went meanwhile, or a step stopped it) is tried again by a
+        // later call; the caller's call goes on either way.
+        const adopted = yield* Effect.forEach(fresh, (record) => Effect.exit(adopt(held, record, options)), { concurrency: 8 })
+        adopted.forEach((result, i) => {
+          if (Exit.isFailure(result)) known.delete(fresh[i]!.handle)
+        })
+        return adopted.flatMap((result) => (Exit.isSuccess(result) ? [result.value] : []))
+      })
+
     const running = Effect.suspend(() => Effect.forEach([...live.values()], (actor) => actor.status)).pipe(
       Effect.map((statuses) => statuses.filter((status) => status === "running").length)
     )
@@ -156,5 +232,5 @@ export const make = (options: {
       return Effect.zipRight(Effect.forEach([...live.values()], (actor) => actor.noteReason(why), { discard: true }), stopAll(why))
     }
 
-    return { spawn, endAll, release, lost, running }
+    return { spawn, endAll, release, lost, running, follow }
   })

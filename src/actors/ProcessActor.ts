@@ -31,6 +31,16 @@ export interface ProcessActorOptions {
    * windows in front of it, and any retained byte is read from the computer.
    */
   readonly store?: StoreRead | undefined
+  /**
+   * A process this server attached to rather than started (the computer holds it): when it began
+   * and ended on the computer's clock, and where its streams are followed from (earlier bytes are
+   * read from the store).
+   */
+  readonly adopted?: {
+    readonly startedAt: number
+    readonly endedAt: number | undefined
+    readonly from: { readonly stdout: number; readonly stderr: number }
+  } | undefined
 }
 
 type Command =
@@ -65,9 +75,12 @@ export const make = (
   options: ProcessActorOptions
 ): Effect.Effect<ProcessActor, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const startedAt = yield* Clock.currentTimeMillis
+    const adopted = options.adopted
+    const startedAt = adopted?.startedAt ?? (yield* Clock.currentTimeMillis)
     const output = new ProcessOutput({ headBytes: options.headBytes, tailBytes: options.tailBytes }, options.store)
     const { stderr, stdout } = output
+    stdout.startAt(adopted?.from.stdout ?? 0)
+    stderr.startAt(adopted?.from.stderr ?? 0)
     // A terminal's screen, and its input: the client's bytes in order with the terminal's answers.
     const terminal = options.tty ? yield* TerminalInput.make(process, options.tty) : undefined
     const screen = terminal?.screen
@@ -103,7 +116,8 @@ export const make = (
     let endedAt: number | undefined
     let reason: string | undefined
     let stdinClosed = false
-    let lastActivity = startedAt
+    // An adopted process's quiet is measured from when this server began to follow it.
+    let lastActivity = adopted === undefined ? startedAt : yield* Clock.currentTimeMillis
     let limitReached = false
 
     const status = (): ProcessStatus => exit === undefined ? "running" : "terminated"
@@ -131,7 +145,7 @@ export const make = (
       Effect.gen(function*() {
         if (exit !== undefined) return
         exit = info
-        endedAt = yield* Clock.currentTimeMillis
+        endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
         yield* Deferred.succeed(exitDeferred, info)
         yield* publish({ _tag: "Exit", exit: info })
         yield* options.onExit(yield* Deferred.await(self))

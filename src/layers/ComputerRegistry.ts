@@ -322,10 +322,14 @@ export const layer = Layer.scoped(
         yield* checkpoints.release(session)
       })
 
+    const attached = (session: string) =>
+      Effect.sync(() => [...entries.values()].map((entry) => entry.actor).filter((actor) => actor.visibleTo(session)))
+
     return Computers.of({
       resolve,
       create,
       get,
+      attached,
       restart,
       factoryReset,
       delete: remove,

@@ -1,6 +1,7 @@
 /**
  * The Processes service: each call of a tool, on decoded input. The parts own the rest: which
- * processes exist and who may reach them (`processes/ProcessTable`), how one starts
+ * processes exist and who may reach them (`processes/ProcessTable`; those other servers started,
+ * `processes/Adoption`), how one starts
  * (`processes/Launch`: cwd, environment, audit), how a call waits (`processes/Waiting`), what a
  * result carries (`processes/Output`, `Listing`, `Exec` for sandbox_exec) and which computer a
  * session was told of (`processes/ComputerNews`). Results follow one design for agents (see README
@@ -19,6 +20,7 @@ import { type ProcessHandle, Processes, type ProgressReporter } from "../service
 import { noteSubject } from "../services/Progress.js"
 import { Settings } from "../services/Settings.js"
 import { holdNote, TerminalHolds } from "../services/Terminals.js"
+import * as Adoption from "./processes/Adoption.js"
 import * as ComputerNews from "./processes/ComputerNews.js"
 import * as EgressRefusals from "./processes/EgressRefusals.js"
 import * as Exec from "./processes/Exec.js"
@@ -58,13 +60,17 @@ export const layer = Layer.scoped(
     const news = ComputerNews.make()
     const auditLog = yield* Effect.serviceOption(AuditLog)
     const refused = EgressRefusals.make(auditLog)
-    const start = Launch.make({
-      settings,
-      environment: backend.environment,
-      audit: ProcessAudit.make(auditLog),
-      table
+    const audit = ProcessAudit.make(auditLog)
+    const start = Launch.make({ settings, environment: backend.environment, audit, table })
+    // Processes another server started, on computers that hold theirs: followed on demand.
+    const adoption = Adoption.make({
+      enabled: backend.capabilities.heldProcesses,
+      computers,
+      table,
+      audit,
+      mailboxCapacity: settings.mailboxCapacity
     })
-    const get = table.get
+    const get = adoption.get
     // A person who took over a terminal drives it alone (services/Terminals).
     const holds = yield* Effect.serviceOption(TerminalHolds)
     const heldBy = (process: ProcessHandle) =>
@@ -165,6 +171,7 @@ export const layer = Layer.scoped(
 
     const list = (session: string, filter: ListFilter = {}) =>
       Effect.gen(function*() {
+        yield* adoption.catchUp(session, filter.computer_id)
         const visible = yield* table.visible(session, filter.computer_id)
         return listing(yield* Effect.forEach(visible, (process) => process.info), filter, settings.psFinished)
       })

@@ -259,6 +259,8 @@ export interface HeldProcesses {
   ) => Effect.Effect<{ readonly start: number; readonly total: number; readonly data: Uint8Array }, ProviderError>
   /** Records why it ends, for every server that lists it. */
   readonly note: (handle: number, text: string) => Effect.Effect<void>
+  /** This connection follows it already (it started it, or attached to it). */
+  readonly following: (handle: number) => boolean
 }
 
 /** A running computer as the kernel uses it: where processes start. Scoped provider state. */

@@ -86,6 +86,15 @@ export interface ProcessRequest {
   readonly outputLimit?: OutputLimit | undefined
   /** Called once, when the process has exited and its exit is recorded. */
   readonly onExit: (process: ProcessHandle) => Effect.Effect<void>
+  /** Called once it runs, with its id (the computer's handle where it holds its processes, else `id`). */
+  readonly onStart?: ((id: string) => Effect.Effect<void>) | undefined
+}
+
+/** How the processes a computer holds that this server did not start are followed (ComputerHandle.follow). */
+export interface FollowOptions {
+  readonly mailboxCapacity: number
+  /** Called once for each, when it has exited and its exit is recorded. */
+  readonly onExit: (process: ProcessHandle) => Effect.Effect<void>
 }
 
 
@@ -119,6 +128,11 @@ export interface ComputerHandle {
   readonly spawn: (request: ProcessRequest) => Effect.Effect<ProcessHandle, SpawnFailed | ComputerUnavailable | ProviderError>
   /** Runs a helper command to completion, stdin given, stdout kept up to `maxBytes`. Not listed in ps. */
   readonly run: (spec: SpawnSpec, stdin: Uint8Array | undefined, maxBytes: number) => Effect.Effect<RunResult, SpawnFailed | ComputerUnavailable | ProviderError>
+  /**
+   * The processes the computer holds that this server does not follow yet (another server's, or this
+   * one's before it restarted), followed from now on; none where the computer does not hold them.
+   */
+  readonly follow: (options: FollowOptions) => Effect.Effect<ReadonlyArray<ProcessHandle>, ComputerUnavailable | ProviderError>
   /** A connection to 127.0.0.1:port inside the computer, without network in it (preview URLs); `Unsupported` where the backend has none. */
   readonly openPort: (port: number) => Effect.Effect<Duplex, ComputerUnavailable | ProviderError | Unsupported>
   /** The provider's own URL of a port (E2B, Modal), or undefined where previews go through `openPort`. */
@@ -139,6 +153,8 @@ export class Computers extends Context.Tag("kilntainers/services/Computers")<Com
   readonly create: (session: string, request: ComputerRequest) => Effect.Effect<ComputerHandle, CheckpointError>
   /** An existing computer (attached, or known to the provider and attached now). */
   readonly get: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
+  /** The computers this server has open that the session may use (none is opened for it). */
+  readonly attached: (session: string) => Effect.Effect<ReadonlyArray<ComputerHandle>>
   readonly restart: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
   readonly factoryReset: (session: string, id: string) => Effect.Effect<ComputerHandle, ComputerError>
   readonly delete: (session: string, id: string) => Effect.Effect<void, ComputerError>

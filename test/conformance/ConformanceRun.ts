@@ -1,9 +1,9 @@
 /**
  * How the conformance suite runs a case: a fresh server (Runtime.layer over the target's backend
- * layer) per case — two in a row are two servers over one provider state — and the cases that need
- * a capability the backend may not declare.
+ * layer) per case — two in a row are two servers over one provider state — or one kept up beside
+ * another, and the cases that need a capability the backend may not declare.
  */
-import { Effect, type Layer } from "effect"
+import { Effect, Exit, Layer, Scope } from "effect"
 import * as Runtime from "../../src/layers/Runtime.js"
 import { Backend, type Capabilities } from "../../src/services/Backend.js"
 import { Computers } from "../../src/services/Computers.js"
@@ -20,12 +20,36 @@ export interface ConformanceTarget {
   readonly requirement: string
   /** The computer's filesystem keeps permission bits (not WASM's: any file may be run). */
   readonly fileModes?: boolean
+  /** How to start the built CLI as another server over the same provider state (its flags and environment). */
+  readonly cli?: { readonly args: ReadonlyArray<string>; readonly env?: Readonly<Record<string, string>> } | undefined
 }
 
 export type Services = Processes | Computers | Files | Backend
 
-export const run = <A, E>(target: ConformanceTarget, body: Effect.Effect<A, E, Services>) =>
-  body.pipe(Effect.provide(Runtime.layer(Settings.make({ killGraceMs: 500, ...target.settings }), target.backend())))
+const serverOf = (target: ConformanceTarget) => Runtime.layer(Settings.make({ killGraceMs: 500, ...target.settings }), target.backend())
+
+/** A server that stays up until `close`: `run` runs more in it. */
+export interface KeptServer<A> {
+  readonly value: A
+  readonly run: <B, E2>(body: Effect.Effect<B, E2, Services>) => Effect.Effect<B, E2>
+  readonly close: Effect.Effect<void>
+}
+
+/** Runs `body` in a fresh server, which ends with it. */
+export const run = <A, E>(target: ConformanceTarget, body: Effect.Effect<A, E, Services>) => body.pipe(Effect.provide(serverOf(target)))
+
+/** Runs `body` in a fresh server that stays up, beside others, until `close`. */
+export const keep = <A, E>(target: ConformanceTarget, body: Effect.Effect<A, E, Services>): Effect.Effect<KeptServer<A>, unknown> =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const runtime = yield* Layer.toRuntime(serverOf(target)).pipe(Scope.extend(scope))
+    const value = yield* Effect.provide(body, runtime).pipe(Effect.onError(() => Scope.close(scope, Exit.void)))
+    return {
+      value,
+      run: <B, E2>(more: Effect.Effect<B, E2, Services>) => Effect.provide(more, runtime),
+      close: Scope.close(scope, Exit.void)
+    }
+  })
 
 /**
  * A case that needs a capability runs only on backends that declare it — and must then pass: a

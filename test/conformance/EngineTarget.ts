@@ -1,5 +1,5 @@
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
-import { engineWorks, requirement, type TestEngine, testOptions } from "../support/Docker.js"
+import { engineWorks, requirement, TEST_IMAGE, type TestEngine, testOptions } from "../support/Docker.js"
 import type { ConformanceTarget } from "./Conformance.js"
 
 /**
@@ -9,5 +9,6 @@ import type { ConformanceTarget } from "./Conformance.js"
 export const engineTarget = (engine: TestEngine): ConformanceTarget => ({
   backend: () => DockerBackend.layer(testOptions({ engine, dockerHost: undefined })),
   available: engineWorks(engine),
-  requirement: requirement(engine)
+  requirement: requirement(engine),
+  cli: { args: ["--backend", "docker", "--engine", engine, "--image", TEST_IMAGE] }
 })

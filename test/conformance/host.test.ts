@@ -11,5 +11,6 @@ conformance("host", {
   backend: () => HostBackend.layer({ stateDir, network: false, sandbox: "bwrap" }),
   settings: { stateDir },
   available: bwrapWorks,
-  requirement: "bubblewrap"
+  requirement: "bubblewrap",
+  cli: { args: ["--backend", "host", "--state-dir", stateDir] }
 })

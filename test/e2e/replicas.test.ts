@@ -2,9 +2,9 @@
  * Three replicas over one Docker engine behind nginx's round-robin, serving one MCP 2026-07-28
  * client whose consecutive requests land on different replicas. What needs no state of a replica
  * works on any of them: tools/list, a permanent computer (created by one, used, listed and deleted
- * through the others), the tasks of its own requests. What a replica keeps for itself — the
- * processes it started, a session's temporary computers — waits for the computer to hold its
- * process table (issue 21); see the README's "Replicas".
+ * through the others), the tasks of its own requests, and the processes of a permanent computer
+ * (the computer holds them: any replica follows one another started). What a replica keeps for
+ * itself — a session's temporary computers, tasks — needs that replica; see the README's "Replicas".
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client"
 import { randomBytes } from "node:crypto"
@@ -55,6 +55,56 @@ describeIf(dockerWorks && nginxWorks && existsSync(binPath), `${requirement()}, 
     await client.listTools()
     assert.strictEqual(replicas.answeredBy().length, cached, "a cached list needs no request")
   }, 60_000)
+
+  it("a process spawned through one replica is read by cursor, written, waited and killed through the others", async () => {
+    const id = `kt-replica-p-${randomBytes(3).toString("hex")}`
+    const created = await call("computer_create", { computer_id: id, temporary: false })
+    assert.isFalse(created.isError, created.text)
+    const [a, b, c] = await Promise.all(replicas.replicas.map((replica) => modernClient(replica.url)))
+    const on = async (client: Client, name: string, args: Record<string, unknown>) => {
+      const result = await client.callTool({ name, arguments: { computer_id: id, ...args } })
+      const text = (result.content as Array<{ text?: string }>).map((part) => part.text ?? "").join("")
+      assert.isFalse(result.isError === true, `${name}: ${text}`)
+      return result.structuredContent as Record<string, any>
+    }
+    /** Reads stdout from `cursor` through `client` until it is `expected` (bounded). */
+    const readUntil = async (client: Client, pid: string, cursor: number, expected: string) => {
+      let read = await on(client, "stdout", { id: pid, stdoutCursor: cursor })
+      for (let i = 0; i < 100 && read.stdout !== expected; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 200))
+        read = await on(client, "stdout", { id: pid, stdoutCursor: cursor })
+      }
+      return read
+    }
+    try {
+      const loop = await on(a!, "spawn", {
+        command: "echo ready; while read line; do echo got $line; if [ \"$line\" = bye ]; then exit 4; fi; done",
+        background: true
+      })
+      const pid = loop.pid as string
+      assert.strictEqual((await readUntil(b!, pid, 0, "ready\n")).stdout, "ready\n")
+      await on(c!, "stdin", { id: pid, input: "hello\n" })
+      assert.strictEqual((await readUntil(b!, pid, 6, "got hello\n")).stdout, "got hello\n")
+      await on(b!, "stdin", { id: pid, input: "bye\n" })
+      const waited = await on(c!, "wait", { id: pid, timeoutMs: 30_000 })
+      assert.strictEqual(waited.outcome, "exited")
+      assert.strictEqual(waited.exitCode, 4)
+      // The replica that started it sees the end the others caused.
+      const seen = await readUntil(a!, pid, 0, "ready\ngot hello\ngot bye\n")
+      assert.strictEqual(seen.status, "terminated")
+
+      const sleeper = await on(a!, "spawn", { command: "sleep 600", background: true })
+      const killed = await on(b!, "kill", { id: sleeper.pid, signal: "SIGKILL" })
+      assert.strictEqual(killed.status, "terminated")
+      const listed = await on(c!, "ps", { status: "all" })
+      const entry = (listed.processes as Array<{ pid: string; status: string; signal?: string }>).find((p) => p.pid === sleeper.pid)
+      assert.deepInclude(entry, { status: "terminated", signal: "SIGKILL" })
+    } finally {
+      await Promise.all([a, b, c].map((client) => client?.close().catch(() => undefined)))
+      const deleted = await call("computer_delete", { computer_id: id })
+      assert.isFalse(deleted.isError, deleted.text)
+    }
+  }, 240_000)
 
   it("creates a permanent computer on one replica and runs, lists and deletes it through the others", async () => {
     const id = `kt-replica-${randomBytes(3).toString("hex")}`

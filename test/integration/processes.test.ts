@@ -134,8 +134,15 @@ describeIf(bwrapWorks, "bubblewrap")("processes on the host backend", () => {
         assert.strictEqual(result.exitCode, 0)
         assert.isAtMost(result.stdout.length, 64 * 1024)
         assert.isAbove(result.omitted?.stdout ?? 0, 199_000_000)
-        const rest = yield* processes.read("t", { id: result.pid, stdoutCursor: 0, maxBytes: 1024 })
-        assert.isAbove(rest.omitted?.stdout ?? 0, 199_000_000, "the whole output is still counted")
+        // The computer keeps a quarter of --retain-bytes (32 MiB) from the start and the rest from
+        // the end; a cursor in the middle skips to the end's first kept byte and says how many fell out.
+        const middle = yield* processes.read("t", { id: result.pid, stdoutCursor: 100_000_000, maxBytes: 1024 })
+        const fell = middle.omitted?.stdout ?? 0
+        assert.isAbove(fell, 0, "the bytes that fell out of retention are counted")
+        assert.isAtLeast(100_000_000 + fell, 200_000_000 - 24 * 1024 * 1024, "at most the tail is kept")
+        // Random bytes are not UTF-8, so the page is measured by its cursor, not its decoded text.
+        const page = (middle.next?.stdout ?? 0) - 100_000_000 - fell
+        assert.isTrue(page > 0 && page <= 1024, `the page read after the gap is at most maxBytes (${page})`)
         const growth = (peak - before) / (1024 * 1024)
         assert.isBelow(growth, 128, `RSS grew by ${growth.toFixed(1)} MiB`)
       })

@@ -30,6 +30,8 @@ export interface ScriptedOptions {
   readonly noAdopt?: boolean
   /** The provider ends each computer this long after its creation (a plan's runtime cap). */
   readonly endsAfterMs?: number
+  /** Connections carry the computer's lifecycle lease (Connection.lease), as an agent's do. */
+  readonly leases?: boolean
 }
 
 /**
@@ -48,6 +50,8 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
   const gates = new Map<string, Deferred.Deferred<void>>()
   /** Provider ids every connection to which fails, with why (an instance that can no longer start). */
   const refused = new Map<string, string>()
+  /** The step another server is in, by computer id (it holds the computer's lease). */
+  const otherServerStep = new Map<string, string>()
   let counter = 0
 
   /** Waits while the test holds this operation at a gate. */
@@ -150,7 +154,20 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
         const lost = yield* Deferred.make<string>()
         computer.lose = (reason) => Deferred.succeed(lost, reason).pipe(Effect.asVoid)
         yield* Effect.addFinalizer(() => Effect.sync(() => calls.push(`disconnect ${instance.metadata.id}`)))
-        return { home: "/home/agent", spawn: spawnIn(generation), lost: Deferred.await(lost) }
+        const id = instance.metadata.id
+        const lease = (step: string) =>
+          Effect.acquireRelease(
+            Effect.suspend(() => {
+              const other = otherServerStep.get(id)
+              if (other !== undefined) {
+                return Effect.fail(providerError("scripted", `${step} computer '${id}'`, "Conflict", `another kilntainers server is in its ${other}`))
+              }
+              calls.push(`lease ${step} ${id}`)
+              return Effect.void
+            }),
+            () => Effect.sync(() => calls.push(`unlease ${step} ${id}`))
+          )
+        return { home: "/home/agent", spawn: spawnIn(generation), lost: Deferred.await(lost), ...(options.leases ? { lease } : {}) }
       }),
     restart: (instance) =>
       Effect.gen(function*() {
@@ -212,6 +229,9 @@ export const make = (options: ScriptedOptions = {}) => Effect.gen(function*() {
       Effect.sync(() => void failNext.set(operation, detail)),
     /** Every later connection to this instance fails with `detail`, as a container that can no longer start. */
     refuseConnect: (providerId: string, detail: string) => Effect.sync(() => void refused.set(providerId, detail)),
+    /** Another server takes (a step name) or gives back (undefined) the computer's lease. */
+    otherServer: (id: string, step: string | undefined) =>
+      Effect.sync(() => void (step === undefined ? otherServerStep.delete(id) : otherServerStep.set(id, step))),
     openCreate: Deferred.succeed(createGate, undefined),
     /** Holds every call of the operation until the answer is run (it opens the gate for good). */
     gate: (operation: "spawn" | "restart" | "remove") =>

@@ -1,8 +1,9 @@
 /**
  * How a process starts on a computer: its handle, its working directory (`--workdir`, else the
  * computer's home; a relative one against that), its environment (the defaults, the backend's, the
- * server's `--env`, then the call's own), its audit entries (`process.started` before the spawn, so
- * that the end, which can come at once, always follows it), and its place in the table.
+ * server's `--env`, then the call's own), its audit entries (`process.started` once it runs, before
+ * its actor exists, so that the end, which can come at once, always follows it), and its place in
+ * the table.
  */
 import * as Effect from "effect/Effect"
 import { processEnvironment } from "../../domain/Environment.js"
@@ -42,6 +43,7 @@ export const make = (options: {
   const { audit, settings, table } = options
   return (session: string, computer: ComputerHandle, request: StartRequest) =>
     Effect.gen(function*() {
+      // Where the computer holds its processes, its handle names the process instead (onStart).
       const id = yield* table.nextId
       const cwd = resolveCwd(settings.workdir, computer.home, request.cwd)
       const audited: ProcessAudit.StartedProcess = {
@@ -54,7 +56,6 @@ export const make = (options: {
         tty: request.tty !== undefined,
         shell: request.argv.length === 3 && request.argv[0] === settings.shell && request.argv[1] === "-c"
       }
-      yield* audit.started(audited)
       const process: ProcessHandle = yield* computer.spawn({
         id,
         command: request.command,
@@ -75,11 +76,12 @@ export const make = (options: {
         tailBytes: Math.max(settings.tailBytes, request.retainBytes ?? 0),
         mailboxCapacity: settings.mailboxCapacity,
         outputLimit: request.outputLimit,
-        onExit: (ended) => Effect.zipRight(table.finished(ended), audit.ended(ended, session))
+        onExit: (ended) => Effect.zipRight(table.finished(ended), audit.ended(ended, session)),
+        onStart: (pid) => audit.started({ ...audited, pid })
       }).pipe(Effect.tapError((error) => audit.failed(audited, error.message)))
       yield* table.add(process, computer)
       // The call now concerns this process: a task made of it is named after it (Tasks.ts).
-      yield* noteSubject(computer.id, id)
+      yield* noteSubject(computer.id, process.id)
       return process
     })
 }

@@ -23,7 +23,7 @@ export interface StartedProcess {
 const sessionOf = (session: string) => (session === "" ? undefined : session)
 
 export interface ProcessAudit {
-  /** Recorded before the spawn, so that its end (which may come at once) always follows it. */
+  /** Recorded once it runs, before its actor exists, so that its end (which may come at once) always follows it. */
   readonly started: (request: StartedProcess) => Effect.Effect<void>
   /** The spawn failed: the process never ran. */
   readonly failed: (request: StartedProcess, why: string) => Effect.Effect<void>

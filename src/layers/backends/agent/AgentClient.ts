@@ -117,6 +117,11 @@ export class AgentClient extends AgentConnection {
     )
   }
 
+  /** Whether this connection follows the process (from its STARTED or WATCHING on, until CLOSED or unwatched). */
+  watching(handle: number): boolean {
+    return this.watches.has(handle)
+  }
+
   /** Stops following a process: nothing more comes for it once this completes. */
   unwatch(handle: number): Effect.Effect<void> {
     return Effect.async<void>((resume) => {

@@ -190,7 +190,8 @@ export const held = (backend: string, client: AgentClient): HeldProcesses => ({
   list: Effect.map(client.list, (records) => records.map(heldProcess)),
   attach: (handle, from) => attach(backend, client, handle, from),
   read: (handle, stream, from, most) => client.read(handle, stream, from, most),
-  note: (handle, text) => Effect.sync(() => client.note(handle, text))
+  note: (handle, text) => Effect.sync(() => client.note(handle, text)),
+  following: (handle) => client.watching(handle)
 })
 
 /** The computer's lifecycle lease for a step, held for the Scope (one server at a time). */
