@@ -147,15 +147,17 @@ export const make = (
         )
       })
 
-    /** The first step: create or attach, then connect. */
+    /** A factory reset of an instance never started here: removed, and made afresh from its recorded image. */
+    const replace = (old: Instance) => Effect.zipRight(Effect.zipRight(ExternalComputer.refuse(backend.name, old, "factory reset"), backend.remove(old)), create(old))
+    /** The first step: create, attach, or replace (the old instance may be what cannot start), then connect. */
     const open = Effect.gen(function*() {
-      const instance = origin._tag === "Create" ? yield* create(undefined) : yield* startIfNeeded(origin.instance)
+      const instance = origin._tag === "Create" ? yield* create(undefined) : origin._tag === "Attach" ? yield* startIfNeeded(origin.instance) : yield* replace(origin.instance)
       become(ComputerLife.Creating({ instance }))
       become(yield* connect(instance))
     })
 
     yield* lifecycle.withPermits(1)(open).pipe(
-      traced(origin._tag === "Create" ? "create" : "attach", () => ({
+      traced(({ Create: "create", Attach: "attach", Replace: "reset" } as const)[origin._tag], () => ({
         ...spanned(),
         ...(origin._tag === "Create" && origin.pooled ? { "kilntainers.computer.pooled": true } : {})
       })),
@@ -317,14 +319,12 @@ export const make = (
       )
     })))
 
-    const liveProcesses = processes.running
-
     const whileRunning = <A, E>(f: (instance: Instance) => Effect.Effect<A, E>) =>
       lifecycle.withPermits(1)(Effect.suspend((): Effect.Effect<A, E | ComputerUnavailable> => life._tag === "Running" ? f(life.instance) : Effect.fail(new ComputerUnavailable({ id, state: stateOf(life) }))))
 
     const info = Effect.gen(function*() {
       const facts = { id, backend: backend.name, state: stateOf(life), temporary: options.temporary, instance: life.instance }
-      const more = { createdAt: createdAt(), warnBeforeEndMs: options.warnBeforeEndMs, processes: yield* liveProcesses }
+      const more = { createdAt: createdAt(), warnBeforeEndMs: options.warnBeforeEndMs, processes: yield* processes.running }
       return computerInfo({ ...facts, ...more }, yield* Clock.currentTimeMillis)
     })
 
@@ -381,7 +381,7 @@ export const make = (
         shared = true
       }),
       adopt,
-      liveProcesses,
+      liveProcesses: processes.running,
       recover,
       restart,
       factoryReset,

@@ -47,6 +47,8 @@ export interface ComputerActorOptions {
 export type Origin =
   | { readonly _tag: "Create"; readonly pooled?: boolean | undefined; readonly from?: string | undefined }
   | { readonly _tag: "Attach"; readonly instance: Instance }
+  /** A factory reset of a computer not attached here: the instance is removed, never started, and made afresh. */
+  | { readonly _tag: "Replace"; readonly instance: Instance }
 
 export interface ComputerActor extends ComputerHandle {
   /** Completes when the computer is running (or fails when it could not be created or attached). */

@@ -264,6 +264,12 @@ export const layer = Layer.scoped(
 
     const factoryReset = (session: string, id: string) =>
       Effect.gen(function*() {
+        // A permanent computer not attached here is replaced without being started: its old instance may
+        // be the very thing that cannot start (a container whose shared directory a guest swapped).
+        const kept = entries.has(id) || !computerIdPattern.test(id) || !backend.capabilities.factoryReset ? Option.none() : yield* atProvider(id)
+        if (Option.isSome(kept) && !kept.value.metadata.temporary && !entries.has(id)) {
+          return yield* attach(yield* open(id, false, session, false, { _tag: "Replace", instance: kept.value }), session, false)
+        }
         // A lost computer is reset as it is: the new one is made from the image, the old never reopened.
         const actor = yield* byId(session, id, {}, false, false)
         yield* actor.factoryReset

@@ -173,6 +173,31 @@ describe("the computer lifecycle (ComputerActor and the registry)", () => {
       })
     ))
 
+  it.scoped("a permanent computer not attached here whose start is refused is factory reset without being started", () =>
+    withKernel(({ computers, processes, scripted }) =>
+      Effect.gen(function*() {
+        const old = yield* scripted.plant({ ...permanent("kept"), image: "recorded-image" }, "stopped")
+        yield* scripted.refuseConnect(old.providerId, "its mounts no longer match the host (/p/data:/home/agent/data)")
+        const refused = yield* Effect.flip(processes.spawn("s1", { command: "server", computer_id: "kept", background: true }))
+        assert.match(refused.message, /mounts no longer match the host/)
+        const before = scripted.calls.length
+        const computer = yield* computers.factoryReset("s1", "kept")
+        assert.notStrictEqual(yield* computer.providerId, old.providerId)
+        assert.deepStrictEqual(scripted.calls.slice(before).filter((c) => !c.startsWith("find")), ["remove kept", "create kept", "connect kept"])
+        const made = scripted.byId("kept")!.instance.metadata
+        assert.deepStrictEqual([made.temporary, made.image], [false, "recorded-image"])
+        assert.strictEqual((yield* processes.spawn("s1", { command: "server", computer_id: "kept", background: true })).status, "running")
+      })
+    ))
+
+  it.scoped("an unknown id is still not found by a factory reset, and nothing is made", () =>
+    withKernel(({ computers, scripted }) =>
+      Effect.gen(function*() {
+        assert.strictEqual((yield* Effect.flip(computers.factoryReset("s1", "nobody")))._tag, "ComputerNotFound")
+        assert.notInclude(scripted.calls, "create nobody")
+      })
+    ))
+
   it.scoped("another session's private computer is refused, its processes invisible; shared ones are reachable", () =>
     withKernel(({ computers, processes }) =>
       Effect.gen(function*() {

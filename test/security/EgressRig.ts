@@ -5,23 +5,27 @@
  * own — that echo the credential they receive in every way a careless service might. Clients are
  * real: curl, and a raw TLS client for what curl will not send (another SNI, two Hosts on one
  * connection, an absolute request target). Nothing leaves this machine: every name is pinned to
- * 127.0.0.1 (or answered by a lookup stub).
+ * 127.0.0.1 (or answered by a lookup stub). The proxy runs in this process, or (`mode`) in a
+ * process of its own (fixtures/egress-proxy.mjs, the built modules) as root or as an unprivileged
+ * user, the two ways the security suite runs the server.
  */
 import { Effect, Exit, FiberSet, Redacted, Runtime, Scope } from "effect"
-import { execFile } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { createServer as createHttpsServer } from "node:https"
 import { type AddressInfo, connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { connect as tlsConnect, type TLSSocket } from "node:tls"
+import { fileURLToPath } from "node:url"
 import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib"
 import * as AuditLog from "../../src/layers/AuditLog.js"
 import * as CertificateAuthority from "../../src/layers/egress/CertificateAuthority.js"
 import * as Egress from "../../src/layers/egress/Egress.js"
 import type { Lookup } from "../../src/layers/egress/Upstream.js"
 import { defaultSettings } from "../../src/services/Settings.js"
+import { dropPrivileges, type Mode, runningAsRoot, UNPRIVILEGED } from "./HostServer.js"
 
 /** The credential every rig injects: a scheme prefix and a token with both cases in it. */
 export const TOKEN = "kt-Sec-9f8E7d6C5b4A-token"
@@ -165,17 +169,62 @@ export interface RigOptions {
   readonly allow: ReadonlyArray<string>
   readonly headers?: ReadonlyArray<string>
   readonly pins?: ReadonlyArray<string>
+  /** Answers names in place of DNS (only for a proxy in this process). */
   readonly lookup?: Lookup
+  /** The proxy in a process of its own, run as root or as an unprivileged user; in this process when unset. */
+  readonly mode?: Mode
 }
 
-/** The proxy with these rules, its upstreams and its audit log; `close` ends them and removes the files. */
-export const startRig = async (options: RigOptions): Promise<Rig> => {
-  const dir = mkdtempSync(join(tmpdir(), "kt-egress-attack-"))
-  const scope = Effect.runSync(Scope.make())
-  const auditPath = join(dir, "audit.jsonl")
-  const built = Effect.gen(function*() {
-    const upstreams = yield* startUpstreams(dir)
-    const audit = yield* AuditLog.make({ path: auditPath, maxBytes: 1 << 20, keep: 1, secrets: [Redacted.make(SECRET)] })
+const distSrc = fileURLToPath(new URL("../../dist/src", import.meta.url))
+const proxyScript = fileURLToPath(new URL("fixtures/egress-proxy.mjs", import.meta.url))
+/** A proxy process needs the built modules (`npm run build`). */
+export const proxyProcessAvailable = existsSync(join(distSrc, "layers/egress/Egress.js"))
+export const proxyProcessNeeds = "a built checkout (npm run build), and, as root, setpriv"
+
+/** The proxy of `options` in a process of its own, as `mode`'s user: its port, until the Scope closes. */
+const proxyProcess = (mode: Mode, options: RigOptions, paths: { dir: string; auditPath: string; bundle: string; upstreamCaFile: string }) =>
+  Effect.acquireRelease(
+    Effect.async<{ child: ChildProcess; port: number }, Error>((resume) => {
+      const rules = { allow: options.allow, pins: options.pins ?? [], headers: options.headers ?? [], auditPath: paths.auditPath, stateDir: paths.dir, bundlePath: paths.bundle, upstreamCaFile: paths.upstreamCaFile }
+      const command = [...dropPrivileges(mode, "host"), process.execPath, proxyScript, distSrc, JSON.stringify(rules)]
+      const child = spawn(command[0]!, command.slice(1), {
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: paths.dir, KT_RIG_SECRET: SECRET },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let said = ""
+      const timer = setTimeout(() => child.kill("SIGKILL"), 60_000)
+      child.stdout!.on("data", (chunk: Buffer) => {
+        said += chunk.toString()
+        const port = /kt-egress-proxy-port=(\d+)/.exec(said)
+        if (port === null) return
+        clearTimeout(timer)
+        // The proxy runs as the user it was meant to (setpriv execs node: the pid is the same).
+        const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1])
+        const expected = mode === "unprivileged" && runningAsRoot ? UNPRIVILEGED : process.getuid!()
+        resume(uid === expected ? Effect.succeed({ child, port: Number(port[1]) }) : Effect.fail(new Error(`the proxy runs as uid ${uid}, not ${expected}`)))
+      })
+      child.stderr!.on("data", (chunk: Buffer) => (said += chunk.toString()))
+      child.on("exit", (code) => {
+        clearTimeout(timer)
+        resume(Effect.fail(new Error(`the egress proxy process ended (${code}) before it listened: ${said}`)))
+      })
+    }),
+    ({ child }) =>
+      Effect.async<void>((resume) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
+        const kill = setTimeout(() => child.kill("SIGKILL"), 10_000)
+        child.on("exit", () => {
+          clearTimeout(kill)
+          resume(Effect.void)
+        })
+        child.kill("SIGTERM")
+      })
+  ).pipe(Effect.map(({ port }) => port))
+
+/** The proxy in this process: its port, until the Scope closes. */
+const proxyHere = (options: RigOptions, paths: { dir: string; auditPath: string; bundle: string }, upstreams: Upstreams) =>
+  Effect.gen(function*() {
+    const audit = yield* AuditLog.make({ path: paths.auditPath, maxBytes: 1 << 20, keep: 1, secrets: [Redacted.make(SECRET)] })
     const egress = yield* Egress.make({
       settings: {
         ...defaultSettings.egress,
@@ -184,7 +233,7 @@ export const startRig = async (options: RigOptions): Promise<Rig> => {
         headers: (options.headers ?? []).map((rule) => ({ rule, value: Redacted.make(SECRET) })),
         upstreamCaFiles: [upstreams.caFile]
       },
-      stateDir: dir,
+      stateDir: paths.dir,
       audit,
       lookup: options.lookup
     })
@@ -196,11 +245,33 @@ export const startRig = async (options: RigOptions): Promise<Rig> => {
       }),
       () => Effect.sync(() => server.close())
     )
-    const bundle = join(dir, "bundle.pem")
-    writeFileSync(bundle, egress.computer.caBundle)
-    return { upstreams, port, bundle }
+    writeFileSync(paths.bundle, egress.computer.caBundle)
+    return port
   })
-  const { bundle, port, upstreams } = await Effect.runPromise(Scope.extend(built, scope))
+
+/** The proxy with these rules, its upstreams and its audit log; `close` ends them and removes the files. */
+export const startRig = async (options: RigOptions): Promise<Rig> => {
+  const dir = mkdtempSync(join(tmpdir(), "kt-egress-attack-"))
+  const scope = Effect.runSync(Scope.make())
+  // The proxy's own files; an unprivileged proxy owns them and reads the upstreams' CA beside them.
+  const proxyDir = join(dir, "proxy")
+  mkdirSync(proxyDir, { mode: 0o700 })
+  if (options.mode === "unprivileged" && runningAsRoot) {
+    chmodSync(dir, 0o755)
+    chownSync(proxyDir, UNPRIVILEGED, UNPRIVILEGED)
+  }
+  const auditPath = join(proxyDir, "audit.jsonl")
+  const bundle = join(proxyDir, "bundle.pem")
+  const built = Effect.gen(function*() {
+    const upstreams = yield* startUpstreams(dir)
+    const paths = { dir: proxyDir, auditPath, bundle }
+    if (options.mode !== undefined && options.lookup !== undefined) return yield* Effect.dieMessage("a lookup stub needs the proxy in this process")
+    const port = options.mode === undefined
+      ? yield* proxyHere(options, paths, upstreams)
+      : yield* proxyProcess(options.mode, options, { ...paths, upstreamCaFile: upstreams.caFile })
+    return { upstreams, port }
+  })
+  const { port, upstreams } = await Effect.runPromise(Scope.extend(built, scope))
   const proxy = `http://127.0.0.1:${port}`
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",

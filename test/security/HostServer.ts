@@ -87,13 +87,15 @@ export interface HostServer {
 /**
  * The built CLI as a stdio server of `backend` (host unless said; the Docker backend as an
  * unprivileged user only where the engine's socket has a group: `engineSocketGroup`).
- * `bin`: the built CLI to run, by default this checkout's (another copy must be readable by the unprivileged uid).
+ * `bin`: the built CLI to run, by default this checkout's (another copy must be readable by the unprivileged uid);
+ * `env`: more of the server's environment (a credential an `--egress-header` rule names).
  */
 export const startHostServer = async (
   mode: Mode,
   args: ReadonlyArray<string> = [],
   backend: "host" | "docker" = "host",
-  bin: string = binPath
+  bin: string = binPath,
+  env: Readonly<Record<string, string>> = {}
 ): Promise<HostServer> => {
   const stateDir = mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
   const drop = mode === "unprivileged" && runningAsRoot
@@ -102,7 +104,7 @@ export const startHostServer = async (
   const transport = new StdioClientTransport({
     command: "python3",
     args: ["-c", KEYRING_WRAPPER, ...setpriv, process.execPath, bin, "--backend", backend, "--state-dir", stateDir, ...args],
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: stateDir },
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: stateDir, ...env },
     stderr: "pipe"
   })
   let stderr = ""

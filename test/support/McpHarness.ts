@@ -2,7 +2,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import type { ChildProcess } from "node:child_process"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js"
-import { mkdtempSync } from "node:fs"
+import { chownSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -88,11 +88,19 @@ export interface HttpServerProcess {
   readonly stop: (signal?: NodeJS.Signals) => Promise<number | null>
 }
 
-/** Starts the built CLI as an HTTP MCP server on a free port and waits until it listens. */
-export const startHttpServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}): Promise<HttpServerProcess> => {
+/** How to run the server as another user: the command before node (`setpriv …`) and the uid that owns its state directory. */
+export interface RunAs {
+  readonly prefix: ReadonlyArray<string>
+  readonly uid: number
+}
+
+/** Starts the built CLI as an HTTP MCP server on a free port (as `runAs`'s user, if given) and waits until it listens. */
+export const startHttpServer = async (args: ReadonlyArray<string> = [], env: Record<string, string> = {}, runAs?: RunAs): Promise<HttpServerProcess> => {
   const { spawn } = await import("node:child_process")
   const stateDir = mkdtempSync(join(tmpdir(), "kt-http-"))
-  const child = spawn(process.execPath, [binPath, "--transport", "http", "--port", "0", "--state-dir", stateDir, ...args], {
+  if (runAs !== undefined) chownSync(stateDir, runAs.uid, runAs.uid)
+  const command = [...(runAs?.prefix ?? []), process.execPath, binPath, "--transport", "http", "--port", "0", "--state-dir", stateDir, ...args]
+  const child = spawn(command[0]!, command.slice(1), {
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
