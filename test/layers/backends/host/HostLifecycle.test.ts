@@ -17,6 +17,7 @@ import * as Runtime from "../../../../src/layers/Runtime.js"
 import { Computers } from "../../../../src/services/Computers.js"
 import { Processes } from "../../../../src/services/Processes.js"
 import { Settings, type SettingsShape } from "../../../../src/services/Settings.js"
+import { hostProcesses } from "../../../support/HostComputer.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
 
 const root = mkdtempSync(join(tmpdir(), "kt-host-lifecycle-"))
@@ -41,17 +42,6 @@ const server = <A, E>(
     const computers = yield* Effect.provide(Computers, context)
     return yield* body({ processes, computers, stateDir })
   }).pipe(Effect.scoped)
-
-/** Host processes whose command line is exactly `argv`. */
-const hostProcesses = (argv: ReadonlyArray<string>) =>
-  readdirSync("/proc").filter((entry) => {
-    if (!/^\d+$/.test(entry)) return false
-    try {
-      return readFileSync(`/proc/${entry}/cmdline`, "utf8") === argv.join("\0") + "\0"
-    } catch {
-      return false
-    }
-  })
 
 const until = (condition: () => boolean) =>
   Effect.gen(function*() {
