@@ -99,7 +99,7 @@ describeIf(install !== undefined && tarball !== undefined && process.env.KILNTAI
       /^dist\/bin\/[\w./-]+\.mjs$/,
       /^images\/computer\/[\w.-]+$/,
       /^native\/kt-(agent|sandbox)\.c$/,
-      /^native\/kt-(agent|sandbox)\/[a-z]+\.[ch]$/,
+      /^native\/kt-(agent|sandbox)\/[a-z0-9-]+\.[ch]$/,
       /^prebuilt\/(manifest\.json|NOTICE\.md)$/,
       /^prebuilt\/linux-(x64|arm64)\/kt-(agent|sandbox)$/,
       /^scripts\/(build-native|native-sources)\.mjs$/,
