@@ -219,9 +219,12 @@ export const open = (
     yield* startDaemon(engine, containerId, binaries, socket, key, start)
     return yield* attach(engine, containerId, socket, key, options)
   }).pipe(
+    // Generous: a connection whose agent did not start runs through Engine exec, where the computer
+    // holds nothing (no output store, no processes that outlive the server); a loaded engine took
+    // over 20 s here, so the bound is for an agent that hangs, not for one that is slow.
     Effect.timeoutFail({
-      duration: "20 seconds",
-      onTimeout: () => providerError(engine.name, "start the agent", "Timeout", "it did not start in the container within 20 seconds")
+      duration: "60 seconds",
+      onTimeout: () => providerError(engine.name, "start the agent", "Timeout", "it did not start in the container within 60 seconds")
     })
   )
 
