@@ -13,6 +13,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberMap from "effect/FiberMap"
+import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import { type ProviderError, SpawnFailed } from "../domain/Errors.js"
 import type { Connection, HeldProcess, HeldProcesses } from "../services/Backend.js"
@@ -25,6 +26,8 @@ import { HELD_WINDOW } from "./ProcessOutput.js"
 /** A loss noticed this soon after a process ended explains its end; at most this many are kept. */
 const RECENT_MS = 5_000
 const RECENT_KEPT = 64
+/** How long an attached terminal may take to replay what its computer held before it answers. */
+const REPLAY_BOUND = Duration.seconds(10)
 
 export interface ComputerProcesses {
   /** Starts a process on the connection; answers once it runs (its lifetime is the FiberMap's). */
@@ -169,6 +172,13 @@ export const make = (options: {
         return yield* Deferred.await(started)
       })
 
+    const replayed = (actor: ProcessActor.ProcessActor, bytes: number) =>
+      actor.totals.pipe(
+        Effect.repeat({ schedule: Schedule.spaced(Duration.millis(10)), until: (totals) => totals.stdout >= bytes }),
+        Effect.timeout(REPLAY_BOUND),
+        Effect.ignore
+      )
+
     /** Follows one process the computer holds, as an actor in the FiberMap; answers once it does. */
     const adopt = (held: HeldProcesses, record: HeldProcess, follow: FollowOptions) =>
       Effect.gen(function*() {
@@ -193,6 +203,9 @@ export const make = (options: {
             adopted: { startedAt: now.startedAt, endedAt: now.endedAt, from }
           })
           if (now.note !== "") yield* actor.noteReason(now.note)
+          // A terminal answers once its screen has what the computer held when it was attached
+          // (bounded: a stalled replay gives the screen as far as it got).
+          if (record.tty) yield* replayed(actor, now.totals.stdout)
           live.set(key, actor)
           yield* Deferred.succeed(started, actor)
           yield* actor.closed
