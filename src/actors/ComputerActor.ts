@@ -363,6 +363,7 @@ export const make = (
       spawn,
       run,
       follow: (follow) => Effect.flatMap(usable, (target) => processes.follow(target, follow)),
+      heldRecord: (processId) => Effect.flatMap(usable, (target) => processes.heldRecord(target, processId)),
       openPort: (port) => Effect.flatMap(usable, (target) => ComputerPorts.open(backend.name, target, port)),
       publicUrl: (port) => Effect.flatMap(usable, (target) => ComputerPorts.publicUrl(target, port)),
       closed: Deferred.await(closed),

@@ -49,6 +49,8 @@ export interface ComputerProcesses {
    * (none where the computer does not hold its processes).
    */
   readonly follow: (target: Connection, options: FollowOptions) => Effect.Effect<ReadonlyArray<ProcessHandle>, ProviderError>
+  /** The computer's record of process `pN`, if it holds its processes (read on demand: tasks answered by any replica). */
+  readonly heldRecord: (target: Connection, processId: string) => Effect.Effect<HeldProcess | undefined, ProviderError>
 }
 
 export const make = (options: {
@@ -245,5 +247,10 @@ export const make = (options: {
       return Effect.zipRight(Effect.forEach([...live.values()], (actor) => actor.noteReason(why), { discard: true }), stopAll(why))
     }
 
-    return { spawn, endAll, release, lost, running, follow }
+    const heldRecord = (target: Connection, processId: string) =>
+      target.held === undefined
+        ? Effect.succeed(undefined)
+        : Effect.map(target.held.list, (records) => records.find((record) => `p${record.handle}` === processId))
+
+    return { spawn, endAll, release, lost, running, follow, heldRecord }
   })

@@ -191,6 +191,7 @@ export const make = (
         if (limit !== undefined && !limitReached && exit === undefined && stdout.total + stderr.total > limit.bytes) {
           limitReached = true
           reason = limit.reason
+          process.note?.(limit.reason)
           yield* Effect.ignore(process.signal("SIGKILL"))
         }
       })
@@ -226,7 +227,11 @@ export const make = (
           if (!screen) stdinClosed = true
           return process.closeStdin
         case "Signal":
-          if (command.reason !== undefined) reason = command.reason
+          if (command.reason !== undefined) {
+            reason = command.reason
+            // Before the signal, on the same connection: a server that reads the record once it ended finds why.
+            process.note?.(command.reason)
+          }
           return process.signal(command.signal)
         case "Resize":
           screen?.resize(command.cols, command.rows)

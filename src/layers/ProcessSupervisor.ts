@@ -254,10 +254,10 @@ export const layer = Layer.scoped(
     const wait = (session: string, input: WaitInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const process = yield* get(session, input)
-        yield* noteSubject(process.computerId, process.id)
         const matcher = input.pattern
         const began = yield* Clock.currentTimeMillis
         const cursors = yield* process.totals
+        yield* noteSubject(process.computerId, process.id, cursors)
         const budget = callBudget(settings, input.timeoutMs ?? 30_000, progress)
         type Outcome = { readonly reason: "exited" | "matched" | "quiet" | "timeout"; readonly match?: string }
         const conditions: Array<Effect.Effect<Outcome>> = [Effect.as(process.exited, { reason: "exited" as const })]
@@ -301,7 +301,7 @@ export const layer = Layer.scoped(
           ? Effect.succeed(process)
           : Effect.fail(new InvalidInput({ message: `process '${process.id}' has no terminal (spawn it with tty=true)` })))
 
-    return Processes.of({ spawn, exec, list, stdin, read, kill, wait, terminal })
+    return Processes.of({ spawn, exec, list, stdin, read, kill, wait, terminal, handle: get })
   })
 )
 

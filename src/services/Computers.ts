@@ -13,7 +13,7 @@ import type {
   SpawnFailed,
   Unsupported
 } from "../domain/Errors.js"
-import type { Capabilities, ExitInfo, SpawnSpec } from "./Backend.js"
+import type { Capabilities, ExitInfo, HeldProcess, SpawnSpec } from "./Backend.js"
 import type { OutputLimit, ProcessHandle } from "./Processes.js"
 
 /** What `computer_list` shows of one computer. */
@@ -133,6 +133,11 @@ export interface ComputerHandle {
    * one's before it restarted), followed from now on; none where the computer does not hold them.
    */
   readonly follow: (options: FollowOptions) => Effect.Effect<ReadonlyArray<ProcessHandle>, ComputerUnavailable | ProviderError>
+  /**
+   * The computer's own record of a process (`pN`): why a server noted it ended, and when, on the
+   * computer's clock — what every server reads alike (a task's answer). None where it holds none.
+   */
+  readonly heldRecord: (processId: string) => Effect.Effect<HeldProcess | undefined, ComputerUnavailable | ProviderError>
   /** A connection to 127.0.0.1:port inside the computer, without network in it (preview URLs); `Unsupported` where the backend has none. */
   readonly openPort: (port: number) => Effect.Effect<Duplex, ComputerUnavailable | ProviderError | Unsupported>
   /** The provider's own URL of a port (E2B, Modal), or undefined where previews go through `openPort`. */

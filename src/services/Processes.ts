@@ -180,6 +180,8 @@ export class Processes extends Context.Tag("kilntainers/services/Processes")<Pro
   readonly wait: (session: string, input: WaitInput, progress?: ProgressReporter) => Effect.Effect<WaitResult, ProcessError>
   /** The TTY process `ref` names, for a person's view of it (services/Terminals); InvalidInput when it has no terminal. */
   readonly terminal: (session: string, ref: ProcessRef) => Effect.Effect<ProcessHandle, ProcessError>
+  /** The process `ref` names, followed from its computer if another server started it: what a task answered by a replica reads. */
+  readonly handle: (session: string, ref: ProcessRef) => Effect.Effect<ProcessHandle, ProcessError>
 }>() {}
 
 /**

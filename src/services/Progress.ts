@@ -18,9 +18,16 @@ export const report = (message: string, progress = 0, total?: number): Effect.Ef
  * sandbox_exec started, the one a wait waits on. A call that may become a task (the Tasks
  * extension) names its process in the task from this.
  */
-export const CurrentCallSubject: FiberRef.FiberRef<((computerId: string, processId: string) => void) | undefined> = FiberRef
-  .unsafeMake<((computerId: string, processId: string) => void) | undefined>(undefined)
+export const CurrentCallSubject: FiberRef.FiberRef<SubjectListener | undefined> = FiberRef.unsafeMake<SubjectListener | undefined>(undefined)
+
+/** Where the call's output begins in the process's streams (a wait's: where it began waiting). */
+export interface SubjectCursors {
+  readonly stdout: number
+  readonly stderr: number
+}
+
+export type SubjectListener = (computerId: string, processId: string, cursors?: SubjectCursors) => void
 
 /** Tells the current call's subject, when someone listens. */
-export const noteSubject = (computerId: string, processId: string): Effect.Effect<void> =>
-  Effect.map(FiberRef.get(CurrentCallSubject), (note) => note?.(computerId, processId))
+export const noteSubject = (computerId: string, processId: string, cursors?: SubjectCursors): Effect.Effect<void> =>
+  Effect.map(FiberRef.get(CurrentCallSubject), (note) => note?.(computerId, processId, cursors))

@@ -51,10 +51,10 @@ describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI")("Tas
     assert.isTrue(await waitFor(async () => (task = await get(taskId, as("a"))).result.status === "completed", 20_000))
     assert.strictEqual(task.result.result.structuredContent.stdout, "slow\n")
     assert.strictEqual(task.result.result.structuredContent.exit_code, 4)
-    // Another session of the principal, or a request without its key, does not know the task.
+    // Another session of the principal, or a request without its key, is refused the task.
     const elsewhere = await get(taskId, as("b"))
     assert.strictEqual(elsewhere.error?.code, -32602)
-    assert.match(elsewhere.error!.message, /no task/)
+    assert.match(elsewhere.error!.message, /refused: it was not issued to this session/)
   }, 60_000)
 
   it("cancelling a sandbox_exec task kills its command; cancelling a spawn task ends the wait and leaves the process running", async () => {

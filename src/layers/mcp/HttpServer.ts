@@ -24,6 +24,7 @@ import * as McpEndpoint from "./McpEndpoint.js"
 import { buildServer, makeParts, ready, releaseSession, serve, serverInfo } from "./McpServer.js"
 import * as OriginGuard from "./OriginGuard.js"
 import * as SessionLeases from "./SessionLeases.js"
+import * as TaskIds from "./TaskIds.js"
 import * as Tasks from "./Tasks.js"
 import * as TerminalPage from "./TerminalPage.js"
 import { TerminalLinks } from "../../services/TerminalLinks.js"
@@ -132,7 +133,8 @@ export const serveHttp = (options: HttpOptions) =>
       maxPerPrincipal: options.maxSessionsPerPrincipal ?? options.maxSessions,
       release: (session) => releaseSession(services, session)
     })
-    const tasks = yield* Tasks.make(Tasks.defaults)
+    // Task ids are signed with a key derived from the tokens: replicas that share them answer each other's tasks.
+    const tasks = yield* Tasks.make(Tasks.defaults, TaskIds.keyFrom(tokens.map((entry) => entry.token)))
     const parts = yield* withLinks(makeParts(Context.get(context, Settings), services, tasks))
     const principalOf = (ctx: ServerContext) => ctx.http?.authInfo?.clientId ?? BearerAuth.anonymous
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())

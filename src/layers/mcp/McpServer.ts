@@ -37,6 +37,7 @@ import { StdioTransport } from "./StdioTransport.js"
 import * as Tool from "./Tool.js"
 import * as TaskMethods from "./TaskMethods.js"
 import * as TerminalTool from "./TerminalTool.js"
+import * as TaskIds from "./TaskIds.js"
 import * as Tasks from "./Tasks.js"
 import { type Caller, callTool, type Catalogue, type Run, type TaskCreated, type ToolServices } from "./ToolCall.js"
 
@@ -232,7 +233,7 @@ export const buildServer = (parts: ServerParts, sessionOf: SessionOf): Server =>
       found.done?.()
     }
   }
-  if (parts.tasks !== undefined) TaskMethods.register(server, parts.tasks, parts.run, sessionOf)
+  if (parts.tasks !== undefined) TaskMethods.register(server, parts.tasks, callParts, sessionOf)
   return server
 }
 
@@ -307,7 +308,8 @@ export const serveStdio = <E>(settings: SettingsShape, layer: Layer.Layer<ToolSe
         process.stdout.off("error", onEnd)
       })
   )
-  const parts = yield* makeParts(settings, services, yield* Tasks.make(Tasks.defaults))
+  // Over stdio there is no replica: a key of this process alone.
+  const parts = yield* makeParts(settings, services, yield* Tasks.make(Tasks.defaults, TaskIds.keyFrom([])))
   yield* Effect.addFinalizer(() => releaseSession(services, "stdio"))
   yield* Effect.acquireRelease(
     Effect.sync(() =>

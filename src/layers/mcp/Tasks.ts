@@ -9,9 +9,11 @@
  * - `sandbox_exec`: the command's process tree is killed (SIGKILL), as its timeout would;
  * - `spawn` and `wait`: the wait ends, the process keeps running (as when a request is cancelled).
  *
- * A task belongs to the session of the call that made it (the principal and its key), is kept for
- * `keepMs` after it was created, and lives in this server: the call's fiber is here. A task is
- * reached again from any connection of its session; another replica does not know it (see README).
+ * A task belongs to the session of the call that made it (the principal and its key) and is kept
+ * for `keepMs` after it was created. Its call's fiber is in this server; its id carries what the
+ * task is (TaskIds: the tool, the process, what its result needs), so that where the computer holds
+ * its processes another replica — or this one after a restart — answers it too (HeldTasks). A task
+ * made before its process was known (a slow computer start) has a plain id: this server's alone.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -23,7 +25,8 @@ import * as Schema from "effect/Schema"
 import type { CallToolResult } from "@modelcontextprotocol/server"
 import { randomBytes } from "node:crypto"
 import type { ProgressReporter } from "../../services/Processes.js"
-import { CurrentCallSubject } from "../../services/Progress.js"
+import { CurrentCallSubject, type SubjectCursors } from "../../services/Progress.js"
+import * as TaskIds from "./TaskIds.js"
 
 /** The extension's id, in client and server capabilities. */
 export const tasksExtension = "io.modelcontextprotocol/tasks"
@@ -33,6 +36,9 @@ export const taskTools: ReadonlySet<string> = new Set(["sandbox_exec", "spawn", 
 
 /** The `_meta` key of a task's process. */
 export const processMeta = "kilntainers/process"
+
+/** Why a task's command was killed when its task was cancelled: any replica reads it back from the process. */
+export const cancelReason = "killed with SIGKILL (tasks/cancel of its sandbox_exec task)"
 
 /** No task of that id belongs to this session (never made, another session's, or expired). */
 export class TaskNotFound extends Schema.TaggedError<TaskNotFound>()("TaskNotFound", { taskId: Schema.String }) {
@@ -48,17 +54,24 @@ export class TaskEnded extends Schema.TaggedError<TaskEnded>()("TaskEnded", { ta
   }
 }
 
-type Status = "working" | "completed" | "failed" | "cancelled"
+/** The id names a task that was not made for this session: another's, forged, or altered. */
+export class TaskRefused extends Schema.TaggedError<TaskRefused>()("TaskRefused", { taskId: Schema.String, why: Schema.String }) {
+  override get message() {
+    return `task '${this.taskId.length > 24 ? `${this.taskId.slice(0, 24)}…` : this.taskId}' refused: ${this.why}`
+  }
+}
+
+export type Status = "working" | "completed" | "failed" | "cancelled"
 
 interface Entry {
-  readonly id: string
+  id: string
   readonly session: string
   readonly tool: string
   readonly createdAt: number
   lastUpdatedAt: number
   status: Status
   statusMessage: string | undefined
-  subject: { readonly computer_id: string; readonly pid: string } | undefined
+  subject: { readonly computer_id: string; readonly pid: string; readonly cursors?: SubjectCursors | undefined } | undefined
   result: CallToolResult | undefined
   /** Cancels the call: ends its wait, and for sandbox_exec kills its process first. */
   readonly cancel: Effect.Effect<void>
@@ -96,32 +109,46 @@ export const defaults: TasksOptions = { taskAfterMs: 1000, keepMs: 3_600_000, ma
 /** Made by `taskAfterMs` and answered by the call itself: a result, or the task that carries on. */
 export type Started = { readonly _tag: "Result"; readonly result: CallToolResult } | { readonly _tag: "Task"; readonly task: DetailedTask }
 
-const pollIntervalMs = 1000
+export const pollIntervalMs = 1000
+
+const iso = (millis: number) => new Date(millis).toISOString()
+
+/** A task as tasks/get answers it, from what is known of it (here, or from its process). */
+export const detailed = (
+  options: TasksOptions,
+  task: {
+    readonly id: string
+    readonly status: Status
+    readonly statusMessage?: string | undefined
+    readonly createdAt: number
+    readonly lastUpdatedAt: number
+    readonly result?: CallToolResult | undefined
+    readonly subject?: { readonly computer_id: string; readonly pid: string } | undefined
+  }
+): DetailedTask => ({
+  taskId: task.id,
+  status: task.status,
+  ...(task.statusMessage === undefined ? {} : { statusMessage: task.statusMessage }),
+  createdAt: iso(task.createdAt),
+  lastUpdatedAt: iso(task.lastUpdatedAt),
+  ttlMs: options.keepMs,
+  pollIntervalMs,
+  ...(task.status === "completed" && task.result !== undefined ? { result: task.result as Record<string, unknown> } : {}),
+  ...(task.status === "failed" ? { error: { code: -32603, message: task.statusMessage ?? "the call failed" } } : {}),
+  ...(task.subject === undefined ? {} : { _meta: { [processMeta]: { computer_id: task.subject.computer_id, pid: task.subject.pid } } })
+})
 
 /**
  * The tasks of one server. Every call that may become a task runs as a fiber of a scoped FiberMap,
- * so a call outlives its request but not the server.
+ * so a call outlives its request but not the server. `key` signs the ids (TaskIds.keyFrom).
  */
-export const make = (options: TasksOptions) =>
+export const make = (options: TasksOptions, key: Buffer) =>
   Effect.gen(function*() {
     const fibers = yield* FiberMap.make<string>()
     const entries = new Map<string, Entry>()
     let seq = 0
 
-    const iso = (millis: number) => new Date(millis).toISOString()
-
-    const view = (entry: Entry): DetailedTask => ({
-      taskId: entry.id,
-      status: entry.status,
-      ...(entry.statusMessage === undefined ? {} : { statusMessage: entry.statusMessage }),
-      createdAt: iso(entry.createdAt),
-      lastUpdatedAt: iso(entry.lastUpdatedAt),
-      ttlMs: options.keepMs,
-      pollIntervalMs,
-      ...(entry.status === "completed" && entry.result !== undefined ? { result: entry.result as Record<string, unknown> } : {}),
-      ...(entry.status === "failed" ? { error: { code: -32603, message: entry.statusMessage ?? "the call failed" } } : {}),
-      ...(entry.subject === undefined ? {} : { _meta: { [processMeta]: entry.subject } })
-    })
+    const view = (entry: Entry): DetailedTask => detailed(options, entry)
 
     /** Drops expired tasks, then the oldest ended ones while there are too many. */
     const prune = (now: number) => {
@@ -141,9 +168,11 @@ export const make = (options: TasksOptions) =>
      */
     const run = (
       session: string,
-      tool: string,
+      tool: TaskIds.Claim["tool"],
       call: (progress: ProgressReporter) => Effect.Effect<CallToolResult>,
-      killProcess: (pid: string) => Effect.Effect<void>
+      killProcess: (pid: string) => Effect.Effect<void>,
+      /** sandbox_exec: its timeout (a replica kills a command its server no longer times). */
+      timeoutSec?: number
     ): Effect.Effect<Started> =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
@@ -200,8 +229,8 @@ export const make = (options: TasksOptions) =>
           fibers,
           id,
           call(progress).pipe(
-            Effect.locally(CurrentCallSubject, (computerId, processId) => {
-              entry.subject = { computer_id: computerId, pid: processId }
+            Effect.locally(CurrentCallSubject, (computerId, processId, cursors) => {
+              entry.subject = { computer_id: computerId, pid: processId, cursors }
             }),
             Effect.onExit(settle)
           )
@@ -212,7 +241,19 @@ export const make = (options: TasksOptions) =>
           Effect.onInterrupt(() => FiberMap.remove(fibers, id))
         )
         if (Option.isSome(early)) return { _tag: "Result", result: early.value } as const
-        entries.set(id, entry)
+        // Its process known: an id any replica can answer (the fiber keeps its own key in the map).
+        if (entry.subject !== undefined) {
+          const { computer_id, cursors, pid } = entry.subject
+          entry.id = TaskIds.sign(key, session, {
+            tool,
+            computer_id,
+            pid,
+            createdAt: now,
+            ...(timeoutSec === undefined ? {} : { timeoutSec }),
+            ...(tool === "sandbox_exec" ? {} : { cursors: cursors ?? { stdout: 0, stderr: 0 } })
+          })
+        }
+        entries.set(entry.id, entry)
         return { _tag: "Task", task: view(entry) } as const
       })
 
@@ -229,7 +270,10 @@ export const make = (options: TasksOptions) =>
       Effect.flatMap(find(session, taskId), (entry) =>
         entry.status === "working" ? entry.cancel : Effect.fail(new TaskEnded({ taskId, status: entry.status })))
 
-    return { run, get, cancel, size: Effect.sync(() => entries.size) } as const
+    /** The task, when its call runs (or ran) in this server. */
+    const local = (session: string, taskId: string) => Effect.map(Effect.option(find(session, taskId)), Option.map(view))
+
+    return { run, get, cancel, local, options, key, size: Effect.sync(() => entries.size) } as const
   })
 
 export type Tasks = Effect.Effect.Success<ReturnType<typeof make>>

@@ -19,7 +19,7 @@ import { CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import type { Terminals } from "../../services/Terminals.js"
 import * as ArgumentErrors from "../../domain/ArgumentErrors.js"
-import { type Tasks, taskTools } from "./Tasks.js"
+import { cancelReason, type Tasks, taskTools } from "./Tasks.js"
 import type * as Tool from "./Tool.js"
 import * as ToolCallSpan from "./ToolCallSpan.js"
 
@@ -69,6 +69,14 @@ export const errorResult = (message: string): CallToolResult => ({ isError: true
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
+const isTaskTool = (name: string): name is "sandbox_exec" | "spawn" | "wait" => taskTools.has(name)
+
+/** A sandbox_exec's timeout in seconds, as Exec.plan takes it (the input decodes later; a bad one fails there). */
+const execTimeoutSec = (settings: SettingsShape, args: unknown) => {
+  const given = isObject(args) ? args.timeout : undefined
+  return typeof given === "number" ? given : settings.timeout
+}
+
 /** The progress reporter of a call whose `_meta` carries a progress token. */
 const progressOf = (meta: Record<string, unknown>, ctx: ServerContext): ProgressReporter | undefined => {
   const token = meta.progressToken
@@ -102,14 +110,20 @@ const outcome = (
     })),
     Effect.flatMap((input) => tool.handle(input, { session, progress })),
     Effect.locally(CurrentProgress, progress),
-    Effect.flatMap((output) => Schema.encode(tool.output)(output).pipe(Effect.orDie)),
+    Effect.flatMap((output) => render(tool, output))
+  )
+}
+
+/** A tool's output as its result: encoded with its Schema, and as the text an agent reads. */
+export const render = <O>(tool: Tool.Tool<any, O, ToolServices>, output: O): Effect.Effect<CallToolResult> =>
+  Schema.encode(tool.output)(output).pipe(
+    Effect.orDie,
     Effect.map((encoded): CallToolResult => ({
       // Compact: every byte of a result costs the agent context.
       content: text(JSON.stringify(tool.text ? tool.text(encoded) : encoded)),
       structuredContent: encoded as Record<string, unknown>
     }))
   )
-}
 
 /**
  * Answers one `tools/call` (its raw params) for a caller. Never rejects: a failure the agent should
@@ -136,17 +150,25 @@ export const callTool = async (parts: CallParts, params: unknown, ctx: ServerCon
       // No structuredContent on errors: clients validate it against the tool's outputSchema.
       (error) => errorResult(`${error._tag}: ${error.message}`)
     )
-  const tasks = caller.acceptsTasks && taskTools.has(name) ? parts.tasks : undefined
+  const taskTool = caller.acceptsTasks && isTaskTool(name) ? name : undefined
+  const tasks = taskTool === undefined ? undefined : parts.tasks
   const answer = (context: Context.Context<ToolServices>): Effect.Effect<CallToolResult | TaskCreated> =>
-    tasks === undefined
+    tasks === undefined || taskTool === undefined
       ? Effect.provide(program(progressOf(meta, ctx)), context)
       : Effect.map(
         tasks.run(
           caller.session,
-          name,
+          taskTool,
           // The task's progress is its status message; the client polls tasks/get for it.
           (progress) => Effect.provide(program(progress), context),
-          (pid) => Effect.provide(Effect.ignore(Effect.flatMap(Processes, (p) => p.kill(caller.session, { id: pid, signal: "SIGKILL" }))), context)
+          // Killed with a reason any replica reads back: the task was cancelled (HeldTasks).
+          (pid) =>
+            Effect.provide(
+              Effect.ignore(Effect.flatMap(Processes, (p) =>
+                Effect.flatMap(p.handle(caller.session, { id: pid }), (process) => process.signal("SIGKILL", cancelReason)))),
+              context
+            ),
+          name === "sandbox_exec" ? execTimeoutSec(parts.settings, call.arguments) : undefined
         ),
         (started) => started._tag === "Result" ? started.result : { resultType: "task" as const, ...started.task }
       )

@@ -67,7 +67,6 @@ export const run = (
   scope: Scope.Scope
 ): Effect.Effect<ExecResult> =>
   Effect.gen(function*() {
-    const limit = settings.outputLimit
     if (exec.stdin) yield* process.write(exec.stdin).pipe(Effect.ignore)
     yield* process.closeStdin.pipe(Effect.ignore)
     const timeoutMs = exec.timeoutSec * 1000
@@ -83,7 +82,7 @@ export const run = (
       exitCode = exitCodeOf(exited.value)
     } else if (budget.ms >= timeoutMs) {
       timedOut = true
-      yield* process.signal("SIGKILL", `timed out after ${exec.timeoutSec} s (sandbox_exec)`).pipe(Effect.ignore)
+      yield* process.signal("SIGKILL", timeoutReason(exec.timeoutSec)).pipe(Effect.ignore)
       yield* process.exited.pipe(Effect.timeout(Duration.seconds(5)), Effect.ignore)
       exitCode = 124
     } else {
@@ -93,16 +92,38 @@ export const run = (
       yield* process.exited.pipe(
         Effect.timeoutOption(Duration.millis(left)),
         Effect.flatMap((done) =>
-          Option.isSome(done) ? Effect.void : process.signal("SIGKILL", `timed out after ${exec.timeoutSec} s (sandbox_exec)`)
+          Option.isSome(done) ? Effect.void : process.signal("SIGKILL", timeoutReason(exec.timeoutSec))
         ),
         Effect.ignore,
         Effect.forkIn(scope)
       )
     }
+    return yield* finish(settings, process, exec, meta, { exitCode, timedOut, budget })
+  })
+
+/** Why a command's process tree was killed at its timeout (what `ps` and a task's result read back). */
+export const timeoutReason = (timeoutSec: number) => `timed out after ${timeoutSec} s (sandbox_exec)`
+
+/**
+ * The result of a command once its wait is over: its output within the budgets, its exit code (null
+ * while it runs), and the notes that explain a cut, a limit or a timeout. A task answered by a
+ * replica builds it here too, from the process the computer holds (HeldTasks).
+ */
+export const finish = (
+  settings: SettingsShape,
+  process: ProcessHandle,
+  exec: Pick<ExecPlan, "timeoutSec">,
+  meta: { readonly computer_id: string; readonly temporary: boolean; readonly began: number; readonly end?: number },
+  outcome: { exitCode: number | null; readonly timedOut: boolean; readonly budget: { readonly ms: number; readonly note?: string } }
+): Effect.Effect<ExecResult> =>
+  Effect.gen(function*() {
+    const limit = settings.outputLimit
+    const { budget, timedOut } = outcome
+    let exitCode = outcome.exitCode
     // No result carries more of the command's bytes than the output limit, nor than the inline budget.
     const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: Math.min(settings.inlineBytes, limit) })
     const totals = yield* process.totals
-    const end = yield* Clock.currentTimeMillis
+    const end = meta.end ?? (yield* Clock.currentTimeMillis)
     const exceeded = exitCode !== null && totals.stdout + totals.stderr > limit
     if (exceeded) exitCode = outputLimitExitCode
     const cut = output.omitted !== undefined

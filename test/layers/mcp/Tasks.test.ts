@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import type { CallToolResult } from "@modelcontextprotocol/server"
 import { Effect, Fiber, TestClock } from "effect"
 import { noteSubject } from "../../../src/services/Progress.js"
+import * as TaskIds from "../../../src/layers/mcp/TaskIds.js"
 import * as Tasks from "../../../src/layers/mcp/Tasks.js"
 
 const result = (text: string): CallToolResult => ({ content: [{ type: "text", text }] })
@@ -18,7 +19,7 @@ const slowCall = (ms: number, ended: Array<string>) => (progress: (p: { progress
 describe("Tasks", () => {
   it.scoped("a call that ends within the budget answers with its result, and leaves no task", () =>
     Effect.gen(function*() {
-      const tasks = yield* Tasks.make(Tasks.defaults)
+      const tasks = yield* Tasks.make(Tasks.defaults, TaskIds.keyFrom([]))
       const started = yield* Effect.fork(tasks.run("alice", "sandbox_exec", slowCall(500, []), () => Effect.void))
       yield* TestClock.adjust("600 millis")
       const answer = yield* Fiber.join(started)
@@ -28,7 +29,7 @@ describe("Tasks", () => {
 
   it.scoped("a call that outlives the budget becomes a task that names its process and completes with the call's result", () =>
     Effect.gen(function*() {
-      const tasks = yield* Tasks.make(Tasks.defaults)
+      const tasks = yield* Tasks.make(Tasks.defaults, TaskIds.keyFrom([]))
       const started = yield* Effect.fork(tasks.run("alice", "sandbox_exec", slowCall(5_000, []), () => Effect.void))
       yield* TestClock.adjust("1 second")
       const answer = yield* Fiber.join(started)
@@ -49,7 +50,7 @@ describe("Tasks", () => {
 
   it.scoped("cancelling a sandbox_exec task kills its process; a wait's task only ends the wait; an ended task cannot be cancelled", () =>
     Effect.gen(function*() {
-      const tasks = yield* Tasks.make(Tasks.defaults)
+      const tasks = yield* Tasks.make(Tasks.defaults, TaskIds.keyFrom([]))
       const killed: Array<string> = []
       const execEnded: Array<string> = []
       const waitEnded: Array<string> = []
@@ -73,7 +74,7 @@ describe("Tasks", () => {
 
   it.scoped("tasks expire after their time to live, once ended", () =>
     Effect.gen(function*() {
-      const tasks = yield* Tasks.make({ taskAfterMs: 100, keepMs: 10_000, maxTasks: 10 })
+      const tasks = yield* Tasks.make({ taskAfterMs: 100, keepMs: 10_000, maxTasks: 10 }, TaskIds.keyFrom([]))
       const started = yield* Effect.fork(tasks.run("alice", "spawn", slowCall(1_000, []), () => Effect.void))
       yield* TestClock.adjust("100 millis")
       const task = yield* Fiber.join(started)
