@@ -254,10 +254,33 @@ describeIf(dockerWorks && nginxWorks && existsSync(binPath), `${requirement()}, 
       })
     }, 180_000)
 
+    it("a wait task is answered by another replica once its process ends, as the wait itself answers", async () => {
+      await withComputer(async (id) => {
+        const [a, b] = replicas.replicas.map((replica) => replica.url)
+        const on = (url: string, name: string, args: Record<string, unknown>, tasks: boolean) =>
+          modernRequest(url, "tools/call", { name, arguments: { computer_id: id, ...args } }, as("t5", tasks))
+        const started = await on(a!, "spawn", { command: "echo before; sleep 3; echo after; exit 5", background: true }, false)
+        const pid = started.result.structuredContent.pid as string
+        assert.isTrue(await waitFor(async () => (await on(b!, "stdout", { id: pid }, false)).result.structuredContent.stdout === "before\n", 10_000))
+        const waiting = await on(a!, "wait", { id: pid, timeoutMs: 30_000 }, true)
+        assert.strictEqual(waiting.result?.resultType, "task", JSON.stringify(waiting))
+        const there = await settled(b!, waiting.result.taskId, as("t5"))
+        const here = await settled(a!, waiting.result.taskId, as("t5"))
+        const { waitedMs: _there, ...fromProcess } = there.task.result.result.structuredContent
+        const { waitedMs: _here, ...fromWait } = here.task.result.result.structuredContent
+        // Output from where the wait began (after "before"), as the wait that ran gives it.
+        assert.deepInclude(fromWait, { outcome: "exited", exitCode: 5, stdout: "after\n" })
+        assert.deepStrictEqual(fromProcess, fromWait)
+      })
+    }, 180_000)
+
     // Last: it leaves two replicas.
     it("a task outlives the replica that made it (SIGKILL): the others answer it", async () => {
       await withComputer(async (id) => {
         const maker = replicas.replicas[0]!
+        // The computer opened on it first (a call that must attach it first may name its process late).
+        const warm = await modernRequest(maker.url, "tools/call", { name: "sandbox_exec", arguments: { command: "true", computer_id: id } }, as("t4", false))
+        assert.strictEqual(warm.result?.structuredContent?.exit_code, 0, JSON.stringify(warm))
         const made = await modernRequest(maker.url, "tools/call", {
           name: "sandbox_exec",
           arguments: { command: "sleep 5; echo survived", computer_id: id }

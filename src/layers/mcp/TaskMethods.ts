@@ -51,7 +51,10 @@ const get = (tasks: Tasks, parts: CallParts, session: string, taskId: string): E
     if (Option.isNone(claim)) return yield* Option.match(local, { onNone: () => Effect.fail(new TaskNotFound({ taskId })), onSome: Effect.succeed })
     if (Option.isSome(local) && claim.value.tool !== "sandbox_exec") return local.value
     const context = yield* Effect.mapError(parts.services, (why) => ({ message: `the ${parts.settings.backend} backend could not start: ${why}` }))
-    const reading = yield* Effect.provide(HeldTasks.read(parts.settings, parts.catalogue, session, taskId, claim.value), context)
+    const held = yield* Effect.either(Effect.provide(HeldTasks.read(parts.settings, parts.catalogue, session, taskId, claim.value), context))
+    // A process this server no longer has (a backend whose computers do not hold theirs, its table full): the store's answer.
+    if (held._tag === "Left") return yield* Option.match(local, { onNone: () => Effect.fail(held.left), onSome: Effect.succeed })
+    const reading = held.right
     return detailed(tasks.options, {
       id: taskId,
       ...reading,

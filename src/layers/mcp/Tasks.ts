@@ -16,6 +16,7 @@
  * made before its process was known (a slow computer start) has a plain id: this server's alone.
  */
 import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
@@ -98,6 +99,12 @@ export interface TasksOptions {
   readonly keepMs: number
   /** Most tasks kept at once; past it the oldest ended ones go first. */
   readonly maxTasks: number
+  /**
+   * How much longer a call past `taskAfterMs` that has not started its process yet (a computer
+   * being made or attached) is waited for: a task whose id names its process is answered by any
+   * replica; past this, the task is this server's alone. Default 10 s.
+   */
+  readonly namedWithinMs?: number | undefined
 }
 
 /**
@@ -225,21 +232,27 @@ export const make = (options: TasksOptions, key: Buffer) =>
             }),
             touch
           )
+        const named = yield* Deferred.make<void>()
         const fiber = yield* FiberMap.run(
           fibers,
           id,
           call(progress).pipe(
             Effect.locally(CurrentCallSubject, (computerId, processId, cursors) => {
               entry.subject = { computer_id: computerId, pid: processId, cursors }
+              Deferred.unsafeDone(named, Exit.void)
             }),
             Effect.onExit(settle)
           )
         )
         // A request cancelled before the call became a task cancels the call's wait, as without Tasks.
-        const early = yield* Fiber.join(fiber).pipe(
-          Effect.timeoutOption(options.taskAfterMs),
-          Effect.onInterrupt(() => FiberMap.remove(fibers, id))
-        )
+        const cancelled = Effect.onInterrupt(() => FiberMap.remove(fibers, id))
+        let early = yield* cancelled(Effect.timeoutOption(Fiber.join(fiber), options.taskAfterMs))
+        if (Option.isNone(early) && entry.subject === undefined) {
+          // Not started yet: the call's end or its process, whichever comes first, bounded.
+          early = yield* cancelled(Effect.raceFirst(Effect.asSome(Fiber.join(fiber)), Effect.as(Deferred.await(named), Option.none())).pipe(
+            Effect.timeoutTo({ duration: options.namedWithinMs ?? 10_000, onSuccess: (done) => done, onTimeout: Option.none })
+          ))
+        }
         if (Option.isSome(early)) return { _tag: "Result", result: early.value } as const
         // Its process known: an id any replica can answer (the fiber keeps its own key in the map).
         if (entry.subject !== undefined) {

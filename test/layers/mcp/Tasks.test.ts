@@ -27,6 +27,34 @@ describe("Tasks", () => {
       assert.strictEqual(yield* tasks.size, 0)
     }))
 
+  it.scoped("a call whose process starts past the budget is waited for, so that its id carries the process; one that never names it gets a plain id", () =>
+    Effect.gen(function*() {
+      const key = TaskIds.keyFrom(["token"])
+      const tasks = yield* Tasks.make(Tasks.defaults, key)
+      const lateProcess = () =>
+        Effect.gen(function*() {
+          yield* Effect.sleep("3 seconds")
+          yield* noteSubject("steady-otter-a31f", "p9")
+          yield* Effect.sleep("60 seconds")
+          return result("done")
+        })
+      const late = yield* Effect.fork(tasks.run("alice", "sandbox_exec", lateProcess, () => Effect.void, 30))
+      yield* TestClock.adjust("3 seconds")
+      const named = yield* Fiber.join(late)
+      assert.strictEqual(named._tag, "Task")
+      if (named._tag !== "Task") return
+      assert.deepStrictEqual(TaskIds.open(key, "alice", named.task.taskId), {
+        claim: { tool: "sandbox_exec", computer_id: "steady-otter-a31f", pid: "p9", createdAt: 0, timeoutSec: 30 }
+      })
+      const never = yield* Effect.fork(tasks.run("alice", "spawn", () => Effect.as(Effect.sleep("60 seconds"), result("done")), () => Effect.void))
+      yield* TestClock.adjust("11 seconds")
+      const plain = yield* Fiber.join(never)
+      assert.strictEqual(plain._tag, "Task")
+      if (plain._tag !== "Task") return
+      assert.isFalse(TaskIds.isCarried(plain.task.taskId))
+      assert.strictEqual((yield* tasks.get("alice", plain.task.taskId)).status, "working")
+    }))
+
   it.scoped("a call that outlives the budget becomes a task that names its process and completes with the call's result", () =>
     Effect.gen(function*() {
       const tasks = yield* Tasks.make(Tasks.defaults, TaskIds.keyFrom([]))
