@@ -169,11 +169,6 @@ export interface BackendProcess {
   /** Deliver a signal to the process group of the process (its whole tree for a kill). */
   readonly signal: (signal: string) => Effect.Effect<void, ProviderError | Unsupported>
   readonly resize: (cols: number, rows: number) => Effect.Effect<void, ProviderError | Unsupported>
-  /**
-   * Records in the computer why it is being ended (a signal's reason), for every server that reads
-   * its record; absent where the computer does not hold its processes.
-   */
-  readonly note?: ((text: string) => void) | undefined
 }
 
 /**

@@ -130,7 +130,6 @@ const asProcess = (
     closeStdin: tty
       ? write(new Uint8Array([4]))
       : alive("close a process's stdin").pipe(Effect.andThen(() => client.closeStdin(handle))),
-    note: (text) => client.note(handle, text),
     signal: (signal) =>
       Effect.gen(function*() {
         yield* alive("signal a process")
