@@ -2,7 +2,8 @@
  * The Kubernetes provider's calls, one small effect each, over SandboxClaims (SandboxObjects.ts):
  *
  *   find     our claims by label, as the watch has them (ClaimWatch.ts); expired ones are not ours any more
- *   create   a claim (a temporary one with its lease as `lifecycle.shutdownTime`), then the wait
+ *   create   a claim (a temporary one with its lease as `lifecycle.shutdownTime`, a permanent one
+ *            with its agent's key), then the wait
  *            until the controller says it is Ready (a warm pool's Sandbox at once; else a new pod
  *            scheduled and started). A taken name is a Conflict; a claim that never gets Ready is
  *            deleted rather than left behind.
@@ -19,6 +20,7 @@ import * as Option from "effect/Option"
 import { type ComputerMetadata, labelKey } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, Query } from "../../../services/Backend.js"
+import * as Handshake from "../agent/AgentHandshake.js"
 import type { ClaimWatch } from "./ClaimWatch.js"
 import type { KubeApi } from "./KubeApi.js"
 import { kubeError, statusReason } from "./KubeError.js"
@@ -101,7 +103,7 @@ export const make = (options: ProviderOptions) => {
       yield* api.call({
         method: "POST",
         path: Objects.claimsPath(namespace),
-        body: Objects.claim(namespace, options.template, labeled, shutdownTime),
+        body: Objects.claim(namespace, options.template, labeled, shutdownTime, metadata.temporary ? undefined : Handshake.newKey()),
         operation: `create SandboxClaim ${name}`
       }).pipe(
         Effect.mapError((error) =>
