@@ -40,6 +40,10 @@ export interface ProviderOptions {
 
 const iso = (millis: number) => new Date(millis).toISOString()
 
+/** Every annotation of `sent` is on `found`, with its value (the creation time, instance, key: ours). */
+const sameAnnotations = (found: Objects.KubeObject, sent: Objects.KubeObject) =>
+  Object.entries(sent["metadata"]["annotations"] ?? {}).every(([key, value]) => found["metadata"]["annotations"]?.[key] === value)
+
 export const make = (options: ProviderOptions) => {
   const { api, namespace, watch } = options
 
@@ -100,17 +104,18 @@ export const make = (options: ProviderOptions) => {
       const now = yield* Clock.currentTimeMillis
       const shutdownTime = metadata.temporary && leaseMs !== undefined ? iso(now + leaseMs) : undefined
       const labeled: ComputerMetadata = shutdownTime === undefined ? metadata : { ...metadata, expires: shutdownTime }
-      yield* api.call({
-        method: "POST",
-        path: Objects.claimsPath(namespace),
-        body: Objects.claim(namespace, options.template, labeled, shutdownTime, metadata.temporary ? undefined : Handshake.newKey()),
-        operation: `create SandboxClaim ${name}`
-      }).pipe(
-        Effect.mapError((error) =>
-          statusReason(error) === "AlreadyExists"
-            ? kubeError(`create SandboxClaim ${name}`, "Conflict", `the name is taken (${error.detail}); a claim of that name that kilntainers did not create for computer '${metadata.id}' is left untouched`, error)
-            : error
-        )
+      const body = Objects.claim(namespace, options.template, labeled, shutdownTime, metadata.temporary ? undefined : Handshake.newKey())
+      yield* api.call({ method: "POST", path: Objects.claimsPath(namespace), body, operation: `create SandboxClaim ${name}` }).pipe(
+        Effect.catchIf((error) => statusReason(error) === "AlreadyExists", (error) =>
+          // A resent create (KubeApi) meets its own first attempt: the claim carries exactly our annotations.
+          api.call<Objects.KubeObject>({ method: "GET", path: Objects.claimsPath(namespace, name), operation: `read SandboxClaim ${name}` }).pipe(
+            Effect.orElseSucceed(() => undefined),
+            Effect.flatMap((found) =>
+              found !== undefined && sameAnnotations(found, body)
+                ? Effect.void
+                : Effect.fail(kubeError(`create SandboxClaim ${name}`, "Conflict", `the name is taken (${error.detail}); a claim of that name that kilntainers did not create for computer '${metadata.id}' is left untouched`, error))
+            )
+          ))
       )
       const instance: Instance = { providerId: name, metadata: labeled, state: "creating" }
       yield* ready(name).pipe(Effect.tapError(() => remove(instance).pipe(Effect.ignore)))

@@ -34,7 +34,7 @@ import * as NativeBinaries from "../agent/NativeBinaries.js"
 import * as ClaimWatch from "./ClaimWatch.js"
 import * as KubeApi from "./KubeApi.js"
 import * as KubeConnection from "./KubeConnection.js"
-import { BACKEND, kubeError } from "./KubeError.js"
+import { BACKEND, kubeError, statusReason } from "./KubeError.js"
 import * as KubeProvider from "./KubeProvider.js"
 import * as Objects from "./SandboxObjects.js"
 
@@ -100,7 +100,10 @@ const ensure = (api: KubeApi.KubeApi, path: string, object: Objects.KubeObject, 
         : api.call({ method: "PUT", path, body: { ...object, metadata: { ...object["metadata"], resourceVersion: current["metadata"]["resourceVersion"] } }, operation: `update ${what}` })
     ),
     Effect.catchIf((error) => error.reason === "NotFound", () =>
-      api.call({ method: "POST", path: path.slice(0, path.lastIndexOf("/")), body: object, operation: `create ${what}` })),
+      api.call({ method: "POST", path: path.slice(0, path.lastIndexOf("/")), body: object, operation: `create ${what}` }).pipe(
+        // Made meanwhile (another server starting, or our own create resent): it is there.
+        Effect.catchIf((error) => statusReason(error) === "AlreadyExists", () => Effect.void)
+      )),
     Effect.asVoid
   )
 
