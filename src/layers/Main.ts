@@ -140,7 +140,9 @@ const modalLayer = (settings: SettingsShape) => {
       gpu: settings.modal.gpu,
       region: settings.modal.region,
       sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
-      network: settings.network
+      network: settings.network,
+      retainBytes: settings.retainBytes,
+      maxFinished: settings.maxFinished
     }))
 }
 
