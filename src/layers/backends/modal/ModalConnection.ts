@@ -16,6 +16,7 @@
  * the ports declared at its creation (--modal-preview-port).
  */
 import type * as Scope from "effect/Scope"
+import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -33,6 +34,8 @@ import { agentKeyOf, sandboxName } from "./SandboxIdentity.js"
 
 /** Bound on the one poll a process makes when it lost its wrapper without a word. */
 const ASK_TIMEOUT = "10 seconds"
+/** How long an agent's process whose connector went waits for the connection to say why (ModalExec's, too). */
+const LOSS_GRACE = "5 seconds"
 
 const validSize = (cols: number, rows: number) =>
   Number.isInteger(cols) && Number.isInteger(rows) && cols > 0 && rows > 0 && cols <= 65535 && rows <= 65535
@@ -142,21 +145,43 @@ export const connect = (options: {
     )
     if (Option.isNone(agent)) return { home: HOME, spawn: spawnWrapped, lost: Deferred.await(lost), publicUrl } satisfies Connection
     const client = agent.value
+    const known = Deferred.await(lost)
     const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
       gone
         ? modalError("start the process", "NotFound", "the sandbox has ended")
         : AgentProcesses.spawn(BACKEND, client, spec).pipe(
+          Effect.map((process) => untilLoss(process, known)),
           Effect.mapError((error) => (error instanceof SpawnFailed ? error : asProviderError(BACKEND, "start the process")(error)))
         )
+    const held = AgentProcesses.held(BACKEND, client)
     return {
       home: HOME,
       spawn,
-      lost: Deferred.await(lost),
+      lost: known,
       publicUrl,
-      held: AgentProcesses.held(BACKEND, client),
+      held: {
+        ...held,
+        attach: (handle, from) => Effect.map(held.attach(handle, from), (found) => ({ ...found, process: untilLoss(found.process, known) }))
+      },
       lease: (step: string) => AgentProcesses.lease(BACKEND, client, instance.metadata.id, step)
     } satisfies Connection
   })
+
+/**
+ * A process of the agent whose events end without its exit (the connector's exec ended: the sandbox
+ * went, or Modal's router dropped it) ends only once the connection knows why, or after LOSS_GRACE,
+ * so that the kernel notes the loss (`ps` says the sandbox ended) rather than "lost the process".
+ */
+const untilLoss = (process: BackendProcess, known: Effect.Effect<string>): BackendProcess => {
+  let exited = false
+  return {
+    ...process,
+    pull: process.pull.pipe(
+      Effect.tap((events) => Effect.sync(() => void (exited ||= Chunk.some(events, (event) => event._tag === "Exit")))),
+      Effect.catchAll((end) => (exited ? Effect.fail(end) : known.pipe(Effect.timeout(LOSS_GRACE), Effect.ignore, Effect.zipRight(Effect.fail(end)))))
+    )
+  }
+}
 
 /**
  * The sandbox's agent, when its tags hold a key and the agent starts; none (with a warning) when it

@@ -66,9 +66,14 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
       const forged = yield* Effect.either(Effect.scoped(ProcessAgent.attach(guest, newKey())))
       assert.strictEqual(forged._tag, "Left", "a connector without the key is refused")
       // What the guest can read: every process's arguments and environment, the agent's files.
+      // The key in halves, joined only inside the shell (a here-document on fd 3 is grep's pattern), so
+      // that no command line of this search holds it.
+      const [head, tail] = [key.slice(0, 32), key.slice(32)]
       const seen = yield* output(
         connection,
-        `cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c ${key}; grep -rl ${key} /.kilntainers /tmp /home/agent 2>/dev/null | wc -l`
+        `a=${head}; b=${tail}\n` +
+          `cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -cF -f /dev/fd/3 3<<EOF\n$a$b\nEOF\n` +
+          `grep -rlF -f /dev/fd/3 /.kilntainers /tmp /home/agent 3<<EOF 2>/dev/null | wc -l\n$a$b\nEOF`
       )
       assert.deepStrictEqual(seen.trim().split("\n"), ["0", "0"], "the key is in no process's arguments or environment, nor in a file")
       // The servers' connection still works after the refused attempt.
