@@ -362,7 +362,9 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
         yield* process.signal("SIGTERM")
         return yield* collect(process)
       }))
-      assert.deepStrictEqual(result.exit, { exitCode: null, signal: "SIGTERM" })
+      // The agent may also count the descendants it tore down (descendantsKilled): timing, not the point here.
+      assert.strictEqual(result.exit?.signal, "SIGTERM")
+      assert.isNull(result.exit?.exitCode)
       assert.notInclude(result.stdout, "not reached")
       const after = yield* exec(connection, ["sh", "-c", "ps -eo args | grep -c '^sleep 271' || true"])
       assert.strictEqual(after.stdout.trim(), "0")
