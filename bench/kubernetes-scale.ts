@@ -1,6 +1,7 @@
 // Kubernetes at scale, on the fake cluster: N computers created (claim → Ready → agent → `true`),
 // listed and removed through one kilntainers server (the built CLI over stdio MCP), beside the
-// fake's own pace (the same claims made and waited for Ready by this process, no kilntainers),
+// fake's own pace for the same work (claims made and waited for Ready by this process, then the two
+// execs a create needs: the agent copied in and started, the connector attached; no server),
 // and the server's heap per idle computer after a full GC (target ≤ 0.5 MiB).
 //   npx vite-node bench/kubernetes-scale.ts [N] [concurrency]      (default 1000 16; after npm run build)
 // The fake's pods are bubblewrap sandboxes here (BwrapRuntime.ts: ~2 MB each, where a container's
@@ -9,6 +10,10 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
+import * as Effect from "effect/Effect"
+import * as NativeBinaries from "../src/layers/backends/agent/NativeBinaries.js"
+import * as KubeAgent from "../src/layers/backends/kubernetes/KubeAgent.js"
+import * as KubeApi from "../src/layers/backends/kubernetes/KubeApi.js"
 import { bwrapRuntime } from "../test/support/kube/BwrapRuntime.js"
 import { startKubeFake } from "../test/support/kube/KubeFake.js"
 import { EXTENSIONS, resourceOf, VERSION } from "../test/support/kube/SandboxCrds.js"
@@ -49,9 +54,14 @@ fake.api.store.create(TEMPLATES, fake.namespace, {
 })
 const baselineCount = Math.min(count, 100)
 const baselineStart = performance.now()
+const binaries = await Effect.runPromise(NativeBinaries.locate("kubernetes"))
+const api = await Effect.runPromise(Effect.scoped(KubeApi.make({ kubeconfig: fake.kubeconfig, requestTimeoutMs: 60_000 })))
 await pool(baselineCount, async (i) => {
   fake.api.store.create(CLAIMS, fake.namespace, { metadata: { name: `base-${i}` }, spec: { sandboxTemplateRef: { name: "baseline" } } })
   await ready(`base-${i}`)
+  const pod = fake.api.store.find(CLAIMS, fake.namespace, `base-${i}`)!.status.sandbox.name as string
+  // The execs of a temporary computer's connection: the agent copied in, started bound, attached.
+  await Effect.runPromise(Effect.scoped(KubeAgent.open({ api, namespace: fake.namespace, pod, binaries }, undefined, {})))
 })
 const baselineRate = baselineCount / ((performance.now() - baselineStart) / 1000)
 for (let i = 0; i < baselineCount; i++) fake.api.store.delete(CLAIMS, fake.namespace, `base-${i}`)
@@ -115,7 +125,7 @@ const removeSeconds = (performance.now() - removeStart) / 1000
 const left = fake.api.store.list(CLAIMS, fake.namespace, "kilntainers=true").length
 
 console.log(`${count} computers on the Kubernetes fake (pods: bubblewrap sandboxes), ${concurrency} at a time, through one server`)
-console.log(`  created and used once: ${createSeconds.toFixed(1)} s, ${(count / createSeconds).toFixed(1)}/s; the fake's own pace (claim → Ready, ${baselineCount}): ${baselineRate.toFixed(1)}/s; ratio ${((count / createSeconds) / baselineRate).toFixed(2)}`)
+console.log(`  created and used once: ${createSeconds.toFixed(1)} s, ${(count / createSeconds).toFixed(1)}/s; the fake's own pace (claim → Ready → the agent's two execs, ${baselineCount}): ${baselineRate.toFixed(1)}/s; ratio ${((count / createSeconds) / baselineRate).toFixed(2)}`)
 console.log(`  CPU per computer created: server ${(serverCpu * 1000 / count).toFixed(0)} ms, the fake (API, controller, pods/exec; this process) ${((fakeCpu.user + fakeCpu.system) / 1000 / count).toFixed(0)} ms`)
 console.log(`  computer_list of ${listed.structured?.count ?? "?"}: ${listMs.toFixed(0)} ms`)
 console.log(`  removed: ${removeSeconds.toFixed(1)} s, ${(count / removeSeconds).toFixed(1)}/s; claims left: ${left}; failed calls: ${failures}`)

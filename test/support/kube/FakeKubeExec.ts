@@ -8,6 +8,10 @@
  * resize (`{"Width","Height"}`); v5 adds 255, the close of a channel (`[255, 0]`: stdin is done),
  * which v4 has no way to say. At the start each open output channel gets an empty message, as the
  * kubelet's stream does. Output a slow client does not read holds the pod's command back.
+ * A client that goes closes only the streams: the command runs on (it sees EOF on stdin, or a broken
+ * pipe when it writes), as on a real cluster, where the runtime does not kill an exec's process when
+ * its client disconnects (kubernetes/kubernetes#89031, kubernetes/kubectl#1076, runc#3359); a
+ * daemon that left its exec's session and stdio (kt-agent --daemonize) is untouched either way.
  *
  * Query: `command` (repeated, the argv), `stdin`, `stdout`, `stderr`, `tty`, `container`.
  */

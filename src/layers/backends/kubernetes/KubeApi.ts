@@ -7,13 +7,14 @@
  * certificates, exec plugins, a service account token it re-reads as it rotates): its generated
  * API makes an agent per request and a client per call. Credentials are applied again at most
  * every AUTH_REFRESH_MS. Every answer is bounded (MAX_BODY), and every failure is a ProviderError
- * made from the API's Status (KubeError.ts).
+ * made from the API's Status (KubeError.ts); a request no byte was answered to is sent again.
  */
 import type * as https from "node:https"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import { Agent as HttpAgent, type ClientRequest, type IncomingMessage, request as httpRequest } from "node:http"
+import * as Schedule from "effect/Schedule"
+import { Agent as HttpAgent, type IncomingMessage, request as httpRequest } from "node:http"
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
 import { createSecureContext, type SecureContext } from "node:tls"
 import type { ProviderError } from "../../../domain/Errors.js"
@@ -55,6 +56,14 @@ export interface RequestSpec {
 
 
 const AUTH_REFRESH_MS = 10_000
+/** A request whose connection failed before any answer is sent again this often, this far apart. */
+const RESENDS = 2
+const RESEND_AFTER = Duration.millis(100)
+
+/** A request that failed before any byte of an answer: safe to send again (see `send`). */
+class Unanswered {
+  constructor(readonly failed: ProviderError) {}
+}
 const MAX_BODY = 64 * 1024 * 1024
 
 export const make = (options: KubeApiOptions) =>
@@ -120,36 +129,42 @@ export const make = (options: KubeApiOptions) =>
     }
 
     /**
-     * Sends the request; `answer` gets the response (status, headers) and reads its body itself.
-     * A kept-alive socket the server closed while idle fails the request before any answer
-     * (ECONNRESET on a reused socket); that request is sent once more on a fresh socket.
+     * Sends the request; `answer` gets the response (status, headers) and reads its body itself. A
+     * request whose connection failed before any byte of an answer (ECONNRESET, "socket hang up":
+     * a kept-alive socket the server closed while idle, or a fresh one a loaded server dropped) is
+     * sent again, at most RESENDS times, RESEND_AFTER apart. Every verb: reads, PUT and merge
+     * PATCHes are idempotent, a DELETE of what is gone is a 404 its callers take as done, and a
+     * POST is a create by name, whose resend meets its own first attempt as 409 AlreadyExists
+     * (KubeProvider.create and KubernetesBackend's `ensure` take that as made).
      */
     const send = <A>(spec: RequestSpec, answer: (status: number, response: IncomingMessage, resume: (result: Effect.Effect<A, ProviderError>) => void) => void) =>
       Effect.flatMap(credentials, (auth) =>
-        Effect.async<A, ProviderError>((resume) => {
+        Effect.async<A, ProviderError | Unanswered>((resume) => {
           const body = spec.body === undefined ? undefined : Buffer.from(JSON.stringify(spec.body))
-          let current: ClientRequest | undefined
-          const attempt = (retried: boolean) => {
-            const request = (secure ? httpsRequest : httpRequest)(url(spec), {
-              method: spec.method,
-              agent,
-              headers: {
-                ...auth.headers,
-                accept: "application/json",
-                ...(body === undefined ? {} : { "content-type": spec.contentType ?? "application/json", "content-length": String(body.length) })
-              }
-            }, (response) => answer(response.statusCode ?? 0, response, resume))
-            current = request
-            request.on("error", (error: NodeJS.ErrnoException) => {
-              if (!retried && request.reusedSocket && error.code === "ECONNRESET") return attempt(true)
-              resume(Effect.fail(kubeError(spec.operation, "Unavailable", `cannot reach the cluster at ${server.origin}: ${error.message}`, error)))
-            })
-            if (body !== undefined) request.write(body)
-            request.end()
-          }
-          attempt(false)
-          return Effect.sync(() => current?.destroy())
-        }))
+          let answered = false
+          const request = (secure ? httpsRequest : httpRequest)(url(spec), {
+            method: spec.method,
+            agent,
+            headers: {
+              ...auth.headers,
+              accept: "application/json",
+              ...(body === undefined ? {} : { "content-type": spec.contentType ?? "application/json", "content-length": String(body.length) })
+            }
+          }, (response) => {
+            answered = true
+            answer(response.statusCode ?? 0, response, resume)
+          })
+          request.on("error", (error: NodeJS.ErrnoException) => {
+            const failed = kubeError(spec.operation, "Unavailable", `cannot reach the cluster at ${server.origin}: ${error.message}`, error)
+            resume(Effect.fail(!answered && (error.code === "ECONNRESET" || error.code === "EPIPE") ? new Unanswered(failed) : failed))
+          })
+          if (body !== undefined) request.write(body)
+          request.end()
+          return Effect.sync(() => request.destroy())
+        }).pipe(
+          Effect.retry({ times: RESENDS, schedule: Schedule.spaced(RESEND_AFTER), while: (error) => error instanceof Unanswered }),
+          Effect.mapError((error) => (error instanceof Unanswered ? error.failed : error))
+        ))
 
     /** One JSON request, answered whole. */
     const call = <A = any>(spec: RequestSpec): Effect.Effect<A, ProviderError> =>

@@ -2,7 +2,8 @@
  * The Kubernetes provider's calls, one small effect each, over SandboxClaims (SandboxObjects.ts):
  *
  *   find     our claims by label, as the watch has them (ClaimWatch.ts); expired ones are not ours any more
- *   create   a claim (a temporary one with its lease as `lifecycle.shutdownTime`), then the wait
+ *   create   a claim (a temporary one with its lease as `lifecycle.shutdownTime`, a permanent one
+ *            with its agent's key), then the wait
  *            until the controller says it is Ready (a warm pool's Sandbox at once; else a new pod
  *            scheduled and started). A taken name is a Conflict; a claim that never gets Ready is
  *            deleted rather than left behind.
@@ -19,6 +20,7 @@ import * as Option from "effect/Option"
 import { type ComputerMetadata, labelKey } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, Query } from "../../../services/Backend.js"
+import * as Handshake from "../agent/AgentHandshake.js"
 import type { ClaimWatch } from "./ClaimWatch.js"
 import type { KubeApi } from "./KubeApi.js"
 import { kubeError, statusReason } from "./KubeError.js"
@@ -37,6 +39,10 @@ export interface ProviderOptions {
 }
 
 const iso = (millis: number) => new Date(millis).toISOString()
+
+/** Every annotation of `sent` is on `found`, with its value (the creation time, instance, key: ours). */
+const sameAnnotations = (found: Objects.KubeObject, sent: Objects.KubeObject) =>
+  Object.entries(sent["metadata"]["annotations"] ?? {}).every(([key, value]) => found["metadata"]["annotations"]?.[key] === value)
 
 export const make = (options: ProviderOptions) => {
   const { api, namespace, watch } = options
@@ -98,17 +104,18 @@ export const make = (options: ProviderOptions) => {
       const now = yield* Clock.currentTimeMillis
       const shutdownTime = metadata.temporary && leaseMs !== undefined ? iso(now + leaseMs) : undefined
       const labeled: ComputerMetadata = shutdownTime === undefined ? metadata : { ...metadata, expires: shutdownTime }
-      yield* api.call({
-        method: "POST",
-        path: Objects.claimsPath(namespace),
-        body: Objects.claim(namespace, options.template, labeled, shutdownTime),
-        operation: `create SandboxClaim ${name}`
-      }).pipe(
-        Effect.mapError((error) =>
-          statusReason(error) === "AlreadyExists"
-            ? kubeError(`create SandboxClaim ${name}`, "Conflict", `the name is taken (${error.detail}); a claim of that name that kilntainers did not create for computer '${metadata.id}' is left untouched`, error)
-            : error
-        )
+      const body = Objects.claim(namespace, options.template, labeled, shutdownTime, metadata.temporary ? undefined : Handshake.newKey())
+      yield* api.call({ method: "POST", path: Objects.claimsPath(namespace), body, operation: `create SandboxClaim ${name}` }).pipe(
+        Effect.catchIf((error) => statusReason(error) === "AlreadyExists", (error) =>
+          // A resent create (KubeApi) meets its own first attempt: the claim carries exactly our annotations.
+          api.call<Objects.KubeObject>({ method: "GET", path: Objects.claimsPath(namespace, name), operation: `read SandboxClaim ${name}` }).pipe(
+            Effect.orElseSucceed(() => undefined),
+            Effect.flatMap((found) =>
+              found !== undefined && sameAnnotations(found, body)
+                ? Effect.void
+                : Effect.fail(kubeError(`create SandboxClaim ${name}`, "Conflict", `the name is taken (${error.detail}); a claim of that name that kilntainers did not create for computer '${metadata.id}' is left untouched`, error))
+            )
+          ))
       )
       const instance: Instance = { providerId: name, metadata: labeled, state: "creating" }
       yield* ready(name).pipe(Effect.tapError(() => remove(instance).pipe(Effect.ignore)))

@@ -11,7 +11,8 @@
  *   SandboxObjects.ts     computers as claims; our template and warm pool
  *   ClaimWatch.ts         one list-and-watch of our claims
  *   KubeProvider.ts       find, create, start, restart, remove, renew
- *   KubeConnection.ts     the agent in the pod, and the loss of the claim
+ *   KubeConnection.ts     a computer's connection: its agent, its held processes, the loss of its claim
+ *   KubeAgent.ts          the kt-agent in the pod: copied in when missing, started (durable or bound), attached
  *   PodExec.ts            pods/exec over WebSocket (v5.channel.k8s.io, else v4)
  *
  * At startup: agent-sandbox's API must be served (else: not installed), the namespace reachable,
@@ -33,7 +34,7 @@ import * as NativeBinaries from "../agent/NativeBinaries.js"
 import * as ClaimWatch from "./ClaimWatch.js"
 import * as KubeApi from "./KubeApi.js"
 import * as KubeConnection from "./KubeConnection.js"
-import { BACKEND, kubeError } from "./KubeError.js"
+import { BACKEND, kubeError, statusReason } from "./KubeError.js"
 import * as KubeProvider from "./KubeProvider.js"
 import * as Objects from "./SandboxObjects.js"
 
@@ -70,7 +71,7 @@ export const HOME = Objects.HOME
 const DEFAULT_LEASE_MS = 10 * 60_000
 
 /** What works on Kubernetes (see the header for networkControl). */
-export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, heldProcesses: false, checkpoints: false, previews: false })
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, checkpoints: false, previews: false })
 
 const QUANTITY = /^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$/
 
@@ -99,7 +100,10 @@ const ensure = (api: KubeApi.KubeApi, path: string, object: Objects.KubeObject, 
         : api.call({ method: "PUT", path, body: { ...object, metadata: { ...object["metadata"], resourceVersion: current["metadata"]["resourceVersion"] } }, operation: `update ${what}` })
     ),
     Effect.catchIf((error) => error.reason === "NotFound", () =>
-      api.call({ method: "POST", path: path.slice(0, path.lastIndexOf("/")), body: object, operation: `create ${what}` })),
+      api.call({ method: "POST", path: path.slice(0, path.lastIndexOf("/")), body: object, operation: `create ${what}` }).pipe(
+        // Made meanwhile (another server starting, or our own create resent): it is there.
+        Effect.catchIf((error) => statusReason(error) === "AlreadyExists", () => Effect.void)
+      )),
     Effect.asVoid
   )
 
@@ -149,7 +153,7 @@ export const make = (options: KubernetesBackendOptions) =>
       find: provider.find,
       create: (metadata) => provider.create(metadata, leaseMs),
       start: provider.start,
-      connect: KubeConnection.connect({ api, namespace, watch, binaries, startTimeoutMs: 30_000 }),
+      connect: KubeConnection.connect({ api, namespace, watch, binaries, startTimeoutMs: 150_000 }),
       restart: provider.restart,
       remove: provider.remove,
       renewal: { everyMs: leaseMs / 3, leaseMs, renew: provider.renew }

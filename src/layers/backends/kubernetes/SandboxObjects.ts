@@ -12,7 +12,10 @@
  *
  * Labels select (`kilntainers`, `kilntainers-computer-id`, `kilntainers-temporary`: label values
  * are short and plain); everything the kernel records (ComputerMetadata) is in annotations, whose
- * values may be anything (times, image references). Pure.
+ * values may be anything (times, image references). A permanent computer's claim also carries its
+ * agent's key (AGENT_KEY_ANNOTATION): servers read claims (their Role lists them); the pod reads
+ * no claim (no service-account token in our template, no downward API, and the controller copies no
+ * claim annotation to the Sandbox or the pod). Pure.
  */
 import * as Option from "effect/Option"
 import { type ComputerMetadata, fromLabels, type LabelStyle, selector, toLabels } from "../../../domain/ComputerMetadata.js"
@@ -25,6 +28,8 @@ export const EXTENSIONS_API = "extensions.agents.x-k8s.io/v1alpha1"
 export const OWN_NAME = "kilntainers"
 /** agent-sandbox's annotation of the pod a Sandbox runs as (else: the Sandbox's own name). */
 export const POD_NAME_ANNOTATION = "agents.x-k8s.io/pod-name"
+/** A permanent computer's agent key (64 hex digits), which a server proves to attach to its agent. */
+export const AGENT_KEY_ANNOTATION = "kilntainers-agent-key"
 /** Where processes start, and HOME. */
 export const HOME = "/home/agent"
 
@@ -101,15 +106,24 @@ export const warmPool = (namespace: string, templateName: string, replicas: numb
   spec: { replicas, sandboxTemplateRef: { name: templateName } }
 })
 
-/** The claim of a new computer; a temporary one ends at `shutdownTime` unless renewed. */
-export const claim = (namespace: string, templateName: string, metadata: ComputerMetadata, shutdownTime: string | undefined): KubeObject => ({
+/**
+ * The claim of a new computer; a temporary one ends at `shutdownTime` unless renewed. `agentKey`: a
+ * permanent one's (its agent outlives servers); a temporary one's agent is bound to its server.
+ */
+export const claim = (
+  namespace: string,
+  templateName: string,
+  metadata: ComputerMetadata,
+  shutdownTime: string | undefined,
+  agentKey?: string | undefined
+): KubeObject => ({
   apiVersion: EXTENSIONS_API,
   kind: "SandboxClaim",
   metadata: {
     name: claimName(metadata.id),
     namespace,
     labels: selector(STYLE, { id: metadata.id, temporary: metadata.temporary }),
-    annotations: toLabels(STYLE, metadata)
+    annotations: { ...toLabels(STYLE, metadata), ...(agentKey === undefined ? {} : { [AGENT_KEY_ANNOTATION]: agentKey }) }
   },
   spec: {
     sandboxTemplateRef: { name: templateName },
@@ -128,6 +142,12 @@ export const ended = (claim: KubeObject): string | undefined => {
   if (condition(claim, "Finished")?.["status"] === "True") return `its pod ended (${condition(claim, "Finished")?.["reason"] ?? "finished"})`
   if (claim["metadata"]["deletionTimestamp"] !== undefined) return `its SandboxClaim ${claim["metadata"]["name"]} is being deleted`
   return undefined
+}
+
+/** The agent key a claim carries: none on a temporary computer's, or one made before durable agents. */
+export const agentKeyOf = (claim: KubeObject): string | undefined => {
+  const key = claim["metadata"]["annotations"]?.[AGENT_KEY_ANNOTATION]
+  return typeof key === "string" && /^[0-9a-f]{64}$/.test(key) ? key : undefined
 }
 
 export const isReady = (claim: KubeObject) => condition(claim, "Ready")?.["status"] === "True"
