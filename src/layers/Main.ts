@@ -140,6 +140,7 @@ const modalLayer = (settings: SettingsShape) => {
       gpu: settings.modal.gpu,
       region: settings.modal.region,
       sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
+      previewPorts: settings.modal.previewPorts,
       network: settings.network,
       retainBytes: settings.retainBytes,
       maxFinished: settings.maxFinished
