@@ -332,6 +332,13 @@ int main(int argc, char **argv) {
     }
     setsid();
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* epoll reports a signalfd ready only for signals of the process that added it (signalfd(2),
+     * NOTES): the parent's is deaf to this child's SIGCHLD, and no exit would be reaped. A new one. */
+    epoll_ctl(epfd, EPOLL_CTL_DEL, sigfd, NULL);
+    close(sigfd);
+    sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) die("signalfd");
+    ep_add(sigfd, tag(0, K_SIGNAL), EPOLLIN);
     to_null(2);
   } else if (listen_path) {
     /* The launcher waits for this line (the socket accepts from now on). */

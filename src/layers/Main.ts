@@ -140,7 +140,10 @@ const modalLayer = (settings: SettingsShape) => {
       gpu: settings.modal.gpu,
       region: settings.modal.region,
       sandboxTimeoutSec: settings.modal.sandboxTimeoutSec,
-      network: settings.network
+      previewPorts: settings.modal.previewPorts,
+      network: settings.network,
+      retainBytes: settings.retainBytes,
+      maxFinished: settings.maxFinished
     }))
 }
 

@@ -10,8 +10,18 @@ beforeAll(async () => {
 })
 afterAll(() => fake.close())
 
+const APP = "kilntainers-conformance"
+
 conformance("modal", {
-  backend: () => ModalBackend.layer(backendOptions(fake, { appName: "kilntainers-conformance", watchIntervalMs: 500 })),
+  backend: () => ModalBackend.layer(backendOptions(fake, { appName: APP, watchIntervalMs: 500 })),
   available: fakeWorks,
-  requirement: "bubblewrap and nsenter (the Modal fake runs commands in them)"
+  requirement: "bubblewrap and nsenter (the Modal fake runs commands in them)",
+  // The built CLI on the same fake (the SDK reads MODAL_SERVER_URL; a loopback one is plain gRPC): read
+  // when a case runs, once the fake has its port.
+  get cli() {
+    return {
+      args: ["--backend", "modal", "--modal-token-id", fake.tokenId, "--modal-token-secret", fake.tokenSecret, "--modal-app-name", APP],
+      env: { MODAL_SERVER_URL: fake.url }
+    }
+  }
 })

@@ -10,6 +10,16 @@
  *
  * An exec keeps all of its output (Modal's router serves stdio reads from an offset, so a client
  * can resume a broken stream) and takes stdin writes at an offset (a retried write is not doubled).
+ *
+ * What an exec leaves behind, and what a client's going does, as on Modal: nothing ends an exec's
+ * processes but their own exit or the sandbox's end. Modal's SDK says that letting go of an exec
+ * "does *not* terminate the underlying process" (modal-labs/modal-client#3854, the Python
+ * `ContainerProcess.cleanup`; the JS SDK 0.11.1 has no call that would), and neither a dropped
+ * stdio read nor an unclosed stdin ends it: the router only serves reads and writes at offsets.
+ * So here an exec's `nsenter` child is never killed when its client goes, a process it leaves
+ * (setsid, daemonized) is reparented inside the sandbox's pid namespace and runs on, and only the
+ * sandbox's end (terminate, timeout: bubblewrap SIGKILLed, its pid namespace torn down) ends them
+ * all — never more forgiving than Modal, whose sandbox end takes every process with it too.
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { lstatSync, mkdirSync, readlinkSync } from "node:fs"

@@ -23,7 +23,7 @@ import type * as Scope from "effect/Scope"
 import { type ProviderError, providerError, type SpawnFailed } from "../../../domain/Errors.js"
 import { type BackendProcess, forEachEventChunk, type SpawnSpec } from "../../../services/Backend.js"
 import type { AgentChannel } from "./AgentChannel.js"
-import { AgentClient, type AgentOptions } from "./AgentClient.js"
+import { AgentClient, type AgentLink, type AgentOptions } from "./AgentClient.js"
 
 /** The backend's way of running one process in the computer (its Connection.spawn without the agent). */
 export interface ProcessHost {
@@ -34,6 +34,12 @@ export interface ProcessHost {
   /** The working directory of the helper processes. */
   readonly cwd: string
   readonly env: Readonly<Record<string, string>>
+  /**
+   * Runs the connector (`argv`) as a raw byte link, for a backend whose processes frame their output
+   * (Modal's wrapper holds back a trailing NUL that could begin its end marker: a frame would wait
+   * for the next); default: a process of `spawn`.
+   */
+  readonly connect?: ((argv: ReadonlyArray<string>) => Effect.Effect<AgentLink, ProviderError | SpawnFailed, Scope.Scope>) | undefined
 }
 
 export interface AgentStart {
@@ -143,8 +149,8 @@ const link = (process: BackendProcess) =>
 export const attach = (host: ProcessHost, key: string, options: AgentOptions = {}): Effect.Effect<AgentClient, ProviderError | SpawnFailed, Scope.Scope> =>
   Effect.gen(function*() {
     const { agent, socket } = paths(host.dir)
-    const process = yield* host.spawn({ argv: [agent, "--connect", socket], cwd: host.cwd, env: host.env })
-    const made = yield* link(process)
+    const argv = [agent, "--connect", socket]
+    const made = host.connect === undefined ? yield* link(yield* host.spawn({ argv, cwd: host.cwd, env: host.env })) : yield* host.connect(argv)
     const client = yield* Effect.acquireRelease(
       Effect.sync(() => new AgentClient(host.backend, made, Buffer.from(key, "hex"), options)),
       (client) => client.detach

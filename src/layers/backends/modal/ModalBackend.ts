@@ -36,6 +36,8 @@ import type { ProviderError } from "../../../domain/Errors.js"
 import { Unsupported } from "../../../domain/Errors.js"
 import { type Capabilities, capabilitiesWithout } from "../../../services/Backend.js"
 import { Backend } from "../../../services/Backend.js"
+import * as NativeBinaries from "../agent/NativeBinaries.js"
+import * as ModalAgent from "./ModalAgent.js"
 import * as ModalCheckpoints from "./ModalCheckpoints.js"
 import * as ModalConnection from "./ModalConnection.js"
 import { BACKEND, modalError } from "./ModalError.js"
@@ -53,7 +55,7 @@ export const NAME = BACKEND
 export const HOME = ModalProvider.HOME
 
 /** The capabilities of the Modal backend (see the header for restart; checkpoints: ModalCheckpoints.ts). */
-export const capabilities: Capabilities = capabilitiesWithout({ restart: false, heldProcesses: false })
+export const capabilities: Capabilities = capabilitiesWithout({ restart: false })
 
 /** The gateway the options ask for: given, over a given client, or over the SDK with the tokens. */
 const gatewayFor = (options: Options.ModalBackendOptions) =>
@@ -84,6 +86,8 @@ export const make = (options: Options.ModalBackendOptions) =>
     const invalid = Options.invalidOptions(options)
     if (invalid !== undefined) return yield* modalError("start", "Invalid", invalid)
     const gateway = yield* gatewayFor(options)
+    // Without the agent's binary sandboxes still work: their processes are then the server's (ModalConnection.ts).
+    const binaries = yield* Effect.option(NativeBinaries.locate(NAME, ModalAgent.AGENT_PLATFORM))
     const provider = ModalProvider.make({
       ...options,
       gateway,
@@ -103,7 +107,16 @@ export const make = (options: Options.ModalBackendOptions) =>
           )
         )),
       start: provider.start,
-      connect: ModalConnection.connect({ gateway, provider, sandboxTimeoutSec: options.sandboxTimeoutSec }),
+      connect: ModalConnection.connect({
+        gateway,
+        provider,
+        sandboxTimeoutSec: options.sandboxTimeoutSec,
+        binaries,
+        agentArgs: [
+          ...(options.retainBytes === undefined ? [] : ["--retain", String(options.retainBytes)]),
+          ...(options.maxFinished === undefined ? [] : ["--max-finished", String(options.maxFinished)])
+        ]
+      }),
       restart: () =>
         Effect.fail(new Unsupported({ backend: NAME, feature: "restart (a Modal sandbox cannot be restarted keeping its files; factory reset recreates it)" })),
       remove: provider.remove,

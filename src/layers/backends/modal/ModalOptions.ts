@@ -21,6 +21,10 @@ export interface ModalBackendOptions extends ModalSettings {
   readonly callTimeoutMs?: number | undefined
   /** How often a connected sandbox is asked whether it still runs (default 5 s). */
   readonly watchIntervalMs?: number | undefined
+  /** Output each sandbox's agent keeps per stream on its disk (--retain-bytes; the agent's default 32 MiB). */
+  readonly retainBytes?: number | undefined
+  /** Finished process records each sandbox's agent keeps (--max-finished; the agent's default 100). */
+  readonly maxFinished?: number | undefined
 }
 
 export const DEFAULT_IMAGE = "debian:bookworm-slim"

@@ -20,6 +20,7 @@ import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, Query } from "../../../services/Backend.js"
 import { during, modalError } from "./ModalError.js"
 import type { ModalGatewayService, SandboxHandle } from "./ModalGateway.js"
+import { newKey } from "../agent/AgentHandshake.js"
 import type { ModalBackendOptions } from "./ModalOptions.js"
 import { killArgv, resizeArgv } from "./ModalWrapper.js"
 import { instanceFrom, sandboxName, tagSelector, tagsFor } from "./SandboxIdentity.js"
@@ -181,7 +182,7 @@ export const make = (config: ProviderConfig) => {
         blockNetwork: !config.network && config.outbound === undefined,
         outbound: config.outbound,
         name,
-        tags: tagsFor(metadata, endsAt),
+        tags: tagsFor(metadata, endsAt, newKey()),
         tunnelPorts: config.previewPorts
       })).pipe(Effect.catchIf((error) => error.reason === "Conflict", (error) => nameTaken(metadata, error)))
       const instance: Instance = { providerId: sandbox.sandboxId, metadata, state: "running", endsAt }

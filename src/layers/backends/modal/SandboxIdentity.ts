@@ -13,7 +13,9 @@
  * (kilntainers=true, kilntainers-computer-id, kilntainers-temporary, kilntainers-image,
  * kilntainers-created, kilntainers-instance, the owner, the create nonce), plus one of Modal's own:
  * kilntainers-ends, the ISO time at which Modal ends the sandbox (its timeout counts from creation,
- * so its end of life is known from the start; absent on sandboxes made before it was recorded).
+ * so its end of life is known from the start; absent on sandboxes made before it was recorded), and
+ * kilntainers-agent-key, the key of the sandbox's agent (ModalAgent.ts; absent on sandboxes made
+ * before the sandbox held its processes).
  */
 import * as Option from "effect/Option"
 import { createHash } from "node:crypto"
@@ -43,11 +45,19 @@ export const sandboxName = (id: string): string => {
 /** Modal's own tag: when Modal ends the sandbox (ISO time). */
 export const ENDS_TAG = `${MARKER}-ends`
 
-/** The tags of a new sandbox. */
-export const tagsFor = (metadata: ComputerMetadata, endsAt: number): Record<string, string> => ({
+/** The key of the sandbox's agent (64 hex digits): servers read it through Modal's API, the guest cannot. */
+export const AGENT_KEY_TAG = `${MARKER}-agent-key`
+
+/** The tags of a new sandbox (with its agent's key). */
+export const tagsFor = (metadata: ComputerMetadata, endsAt: number, agentKey: string): Record<string, string> => ({
   ...toLabels("dashed", metadata),
-  [ENDS_TAG]: new Date(endsAt).toISOString()
+  [ENDS_TAG]: new Date(endsAt).toISOString(),
+  [AGENT_KEY_TAG]: agentKey
 })
+
+/** The agent's key in a sandbox's tags; none on a sandbox made by an older kilntainers. */
+export const agentKeyOf = (tags: Readonly<Record<string, string>>): Option.Option<string> =>
+  Option.liftPredicate(tags[AGENT_KEY_TAG] ?? "", (key) => /^[0-9a-f]{64}$/.test(key))
 
 /** A running sandbox of ours as an Instance; none for a sandbox without our tags. */
 export const instanceFrom = (sandboxId: string, tags: Readonly<Record<string, string>>): Option.Option<Instance> =>

@@ -63,7 +63,7 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
       assert.notInclude(fake.running(), `kilntainer-${ran.computer_id}`)
     })), 60_000)
 
-  it.live("a permanent computer (the longest id) outlives its server with its files; its processes and watcher do not; a new server finds it by id and deletes it", () =>
+  it.live("a permanent computer (the longest id) outlives its server with its files and its processes (the sandbox holds them); its watcher does not; a new server finds it by id and deletes it", () =>
     Effect.gen(function*() {
       const id = `${computerId("keep")}-`.padEnd(62, "x") + "z"
       const name = ModalBackend.sandboxName(id)
@@ -86,7 +86,7 @@ describeIf(fakeWorks, "bubblewrap and nsenter (the Modal fake runs commands in t
         assert.isFalse(listed!.temporary)
         assert.strictEqual(listed!.image, "debian:bookworm-slim")
         const read = yield* processes.exec("b", { command: "cat /home/agent/file /tmp/t; ps -eo args | grep -c '^sleep 271' || true", computer_id: id })
-        assert.strictEqual(read.stdout, "kept\ntmp\n0\n", "files kept; the closed server's processes ended")
+        assert.strictEqual(read.stdout, "kept\ntmp\n1\n", "files kept; the closed server's process runs on")
         assert.strictEqual((yield* files.read("b", { path: "file", computer_id: id })).content, "kept\n")
         yield* computers.delete("b", id)
         assert.notInclude(fake.running(), name)

@@ -4,6 +4,8 @@ import type { ComputerMetadata } from "../../../../src/domain/ComputerMetadata.j
 import { invalidCreate, invalidExec, MAX_EXEC_ARGS_BYTES } from "../../../../src/layers/backends/modal/ModalSdk.js"
 import { MAX_SPAWN_PAYLOAD_BYTES, payloadProblem, shellWords, wrapperExec } from "../../../../src/layers/backends/modal/ModalWrapper.js"
 import {
+  agentKeyOf,
+  AGENT_KEY_TAG,
   ENDS_TAG,
   instanceFrom,
   MAX_NAME_LENGTH,
@@ -54,10 +56,15 @@ describe("tags", () => {
   }
   const endsAt = Date.parse("2026-11-30T01:00:00.000Z")
 
-  it("carry the computer's metadata in the shared encoding, and when Modal ends the sandbox", () => {
-    const tags = tagsFor(metadata, endsAt)
+  it("carry the computer's metadata in the shared encoding, when Modal ends the sandbox, and its agent's key", () => {
+    const key = "0123456789abcdef".repeat(4)
+    const tags = tagsFor(metadata, endsAt, key)
     assert.strictEqual(tags["kilntainers-computer-id"], longest)
     assert.strictEqual(tags[ENDS_TAG], "2026-11-30T01:00:00.000Z")
+    assert.deepStrictEqual(agentKeyOf(tags), Option.some(key))
+    const { [AGENT_KEY_TAG]: _key, ...older } = tags
+    assert.deepStrictEqual(agentKeyOf(older), Option.none(), "a sandbox of an older kilntainers has no key: its processes stay the server's")
+    assert.deepStrictEqual(agentKeyOf({ ...tags, [AGENT_KEY_TAG]: "not-a-key" }), Option.none())
     assert.deepStrictEqual(instanceFrom("sb-1", tags), Option.some({ providerId: "sb-1", metadata, state: "running", endsAt }))
   })
 

@@ -6,6 +6,8 @@ import { modalError } from "../../../../src/layers/backends/modal/ModalError.js"
 import * as ModalProvider from "../../../../src/layers/backends/modal/ModalProvider.js"
 import { tagsFor } from "../../../../src/layers/backends/modal/SandboxIdentity.js"
 
+const KEY = "ab".repeat(32)
+
 // The provider's own logic over a scripted gateway, on the TestClock: no sandboxes, no sleeps.
 
 /** A command that prints `stderr` and exits with `code`. */
@@ -102,7 +104,7 @@ describe("ModalProvider", () => {
 
   it.effect("find by id tells ours (tags naming this id, of the asked kind) from a foreign sandbox of the same name", () =>
     Effect.gen(function*() {
-      const tags = tagsFor(metadata("a", false), 3_600_000)
+      const tags = tagsFor(metadata("a", false), 3_600_000, KEY)
       const ours = provider({ fromName: () => Effect.succeed(Option.some(handle({ tags }).sandbox)) })
       const [found] = yield* ours.find({ id: "a" })
       assert.deepStrictEqual(found, { providerId: "sb-1", metadata: metadata("a", false), state: "running", endsAt: 3_600_000 })
@@ -120,7 +122,7 @@ describe("ModalProvider", () => {
           Effect.sync(() => {
             asked.push({ ...tags })
             return [
-              handle({ id: "sb-a", tags: tagsFor(metadata("a"), 1) }).sandbox,
+              handle({ id: "sb-a", tags: tagsFor(metadata("a"), 1, KEY) }).sandbox,
               handle({ id: "sb-x", tags: { kilntainers: "true" } }).sandbox
             ]
           })
@@ -162,7 +164,7 @@ describe("ModalProvider", () => {
   it.effect("a name taken by our own sandbox is a Conflict (the kernel attaches it); by someone else's, a clear refusal", () =>
     Effect.gen(function*() {
       const taken = () => Effect.fail(modalError("create", "Conflict", "Sandbox with name 'kilntainer-a' already exists"))
-      const ours = provider({ create: taken, fromName: () => Effect.succeed(Option.some(handle({ tags: tagsFor(metadata("a"), 1) }).sandbox)) })
+      const ours = provider({ create: taken, fromName: () => Effect.succeed(Option.some(handle({ tags: tagsFor(metadata("a"), 1, KEY) }).sandbox)) })
       assert.strictEqual((yield* Effect.flip(ours.create(metadata("a")))).reason, "Conflict")
       const foreign = handle({ tags: { owner: "someone" } })
       const theirs = provider({ create: taken, fromName: () => Effect.succeed(Option.some(foreign.sandbox)) })
