@@ -30,6 +30,13 @@
  *
  * Its processes get exactly the environment the kernel gives them, plus what envd would have added
  * (--e2b-env and E2B's own `E2B_SANDBOX*` variables): the agent starts them itself.
+ *
+ * Pauses: ours (restart, the end of the runtime, a release) keep no memory — a cold boot; the agent
+ * and its processes are gone, the next connection starts another agent (a new boot: the kernel
+ * reports the earlier processes lost). A pause with memory (E2B's default, from outside) brings the
+ * same agent back with its processes, still held. A fork from a snapshot (which E2B takes with
+ * memory) may carry the parent's agent, under the parent's key: the fork's own key is refused by
+ * it, and the fork's processes then run as envd commands (E2BConnection.ts says so in the log).
  */
 import type * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
