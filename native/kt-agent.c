@@ -332,6 +332,11 @@ int main(int argc, char **argv) {
     }
     setsid();
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* epoll reports a signalfd only for signals of the process that added it (signalfd(2)): the
+     * parent's registration never woke the daemon for its own SIGCHLD, so an exit went unseen until
+     * something else woke it. Registered again, by the daemon. */
+    epoll_ctl(epfd, EPOLL_CTL_DEL, sigfd, NULL);
+    ep_add(sigfd, tag(0, K_SIGNAL), EPOLLIN);
     to_null(2);
   } else if (listen_path) {
     /* The launcher waits for this line (the socket accepts from now on). */
