@@ -121,7 +121,9 @@ const e2bLayer = (settings: SettingsShape) => {
       apiUrl: e2b.apiUrl,
       sandboxUrl: e2b.sandboxUrl,
       domain: e2b.domain,
-      home: e2b.home
+      home: e2b.home,
+      retainBytes: settings.retainBytes,
+      maxFinished: settings.maxFinished
     }))
 }
 

@@ -24,6 +24,11 @@ conformance("e2b", {
       domain: undefined,
       home: E2BFake.FAKE_HOME
     }),
+  // Server A of the durable cases: the built CLI over the same fake (the key in its environment).
+  cli: fake === undefined ? undefined : {
+    args: ["--backend", "e2b", "--e2b-api-url", fake.url, "--e2b-sandbox-url", fake.url, "--e2b-home", E2BFake.FAKE_HOME],
+    env: { E2B_API_KEY: fake.apiKey }
+  },
   available: bwrapWorks,
   requirement: "bubblewrap (the E2B fake runs commands in it)"
 })

@@ -9,6 +9,13 @@
  *   StreamInput      answered `unimplemented`; `filesystem.Filesystem` likewise
  *   GET /health      204
  *
+ * A process outlives the request that started it, as envd's does: envd runs a command on a context
+ * of its own, "We do not want the command to be killed if the request context is cancelled"
+ * (e2b-dev/infra packages/envd/internal/services/process/start.go), in one cgroup shared by all
+ * commands (handler/cgroup.go), so a client that goes (or a stream that drops) only stops the
+ * sending; what a command left running (a daemon in its own session) runs on too. Connect by pid
+ * streams only what comes next: envd keeps no output for a later client.
+ *
  * The rules of old envd versions (e2b-dev/infra packages/envd; the SDK's version checks):
  *   < 0.4.0  no default user: Start without `Authorization: Basic base64("user:")` is refused
  *            (unauthenticated "no user specified"), an unknown user likewise;

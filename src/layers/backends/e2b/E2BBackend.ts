@@ -7,6 +7,7 @@
  *   E2BProvider.ts   the control-plane calls (find, inspect, create, attach, suspend, remove, renew)
  *   E2BCheckpoints.ts checkpoints and forks: E2B's snapshots
  *   E2BConnection.ts `connect`: the SDK handle of a running sandbox, and the watch for its loss
+ *   E2BAgent.ts      the sandbox's kt-agent, the home of its processes, reached through envd
  *   E2BError.ts      a failed call as a ProviderError, with E2B's wording
  *   RuntimeCap.ts    the plan's maximum runtime: end of life, renewals, the lost reasons
  *   EnvdProcess.ts   a process through envd; ProcessScript.ts the script envd runs;
@@ -14,8 +15,13 @@
  *
  * How the kernel's steps map to E2B:
  *   restart   E2B has no restart: pause with a filesystem snapshot and resume — a cold boot that
- *             keeps the files (processes and memory are gone) and starts a new runtime period.
- *   suspend   a permanent computer released by its last holder is paused, and resumed by `start`.
+ *             keeps the files (processes, the agent and memory are gone: the next connection starts
+ *             another agent, a new boot) and starts a new runtime period.
+ *   processes held by the sandbox's agent (E2BAgent.ts): a permanent computer's run on after the
+ *             server; a sandbox paused with its memory (outside kilntainers) comes back with its agent
+ *             and processes, one paused without (ours) with neither.
+ *   suspend   a permanent computer released by its last holder is paused, and resumed by `start`;
+ *             one whose agent holds a running process runs on until E2B's own timeout pauses it.
  *   renewal   the sandbox's timeout, extended every `keepAliveIntervalMs`, never past the end of
  *             the plan's runtime (Instance.endsAt, which the kernel shows to the agent).
  */
@@ -24,6 +30,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { type ProviderError, Unsupported } from "../../../domain/Errors.js"
 import { Backend, type Capabilities, type Instance, capabilitiesWithout } from "../../../services/Backend.js"
+import * as NativeBinaries from "../agent/NativeBinaries.js"
 import * as E2BCheckpoints from "./E2BCheckpoints.js"
 import * as E2BConnection from "./E2BConnection.js"
 import { BACKEND, e2bError } from "./E2BError.js"
@@ -69,6 +76,16 @@ export interface E2BBackendOptions {
   readonly outputApi?: "auto" | "rpc" | "public" | undefined
   /** How long a pause waits out a sandbox that is changing state (409); default 30 s. */
   readonly conflictWaitMs?: number | undefined
+  /**
+   * Who holds a sandbox's processes: "agent" (default) its kt-agent (E2BAgent.ts), for any server;
+   * "envd" envd commands held by the server that started them (a sandbox made before agents, and
+   * tests of envd's own process API).
+   */
+  readonly processes?: "agent" | "envd" | undefined
+  /** --retain-bytes: output the agent keeps per stream; default the agent's (32 MiB). */
+  readonly retainBytes?: number | undefined
+  /** --max-finished: finished processes the agent keeps; default the agent's. */
+  readonly maxFinished?: number | undefined
 }
 
 export const DEFAULT_HOME = "/home/user"
@@ -77,9 +94,9 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 /**
  * What works on E2B. restart: pause + resume (filesystem kept, a cold boot); files: the runtime
  * reads and writes files with processes, whose output is exact bytes; networkControl: not offered;
- * checkpoints: E2B's snapshots (E2BCheckpoints.ts).
+ * checkpoints: E2B's snapshots (E2BCheckpoints.ts); heldProcesses: the sandbox's agent (E2BAgent.ts).
  */
-export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false, heldProcesses: false })
+export const capabilities: Capabilities = capabilitiesWithout({ networkControl: false })
 
 /** The E2B provider, after the startup checks: valid limits, and an API that answers and takes the key. */
 export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"], ProviderError> =>
@@ -122,6 +139,31 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
 
     // The startup check: E2B answers and takes the key (the reaper's own pass runs in the background).
     yield* provider.check
+    // E2B sandboxes are x86-64 Linux VMs, whatever machine the server runs on. Without the binary
+    // (a platform with no prebuilt helper and no compiler) processes are envd commands, as before.
+    const agentBinary = options.processes === "envd"
+      ? undefined
+      : yield* NativeBinaries.locate(BACKEND, "linux-x64").pipe(
+        Effect.map((binaries) => Effect.succeed(binaries.agentBytes)),
+        Effect.catchAll((error) =>
+          Effect.as(Effect.logWarning(`e2b backend: no agent for the sandboxes (${error.detail}); their processes end with the server`), undefined)
+        )
+      )
+    const agentArgs = [
+      ...(options.retainBytes === undefined ? [] : ["--retain", String(options.retainBytes)]),
+      ...(options.maxFinished === undefined ? [] : ["--max-finished", String(options.maxFinished)])
+    ]
+
+    /**
+     * A permanent computer released by its last holder here is paused, unless its agent holds a
+     * running process: a pause (a cold boot) would end it. Then it runs on, as on every other backend,
+     * until E2B's timeout (--e2b-sandbox-timeout, no longer renewed) pauses it.
+     */
+    const busy = new Set<string>()
+    const suspend = (instance: Instance) =>
+      busy.delete(instance.providerId)
+        ? Effect.logInfo(`e2b backend: sandbox ${instance.providerId} holds running processes: left running until its E2B timeout`)
+        : provider.suspend(instance.providerId)
 
     /** E2B has no restart: a pause and a resume, which keeps the files and starts a new period. */
     const restart = (instance: Instance) =>
@@ -150,11 +192,15 @@ export const make = (options: E2BBackendOptions): Effect.Effect<Backend["Type"],
         watchEveryMs: options.watchIntervalMs ?? keepAliveMs,
         requestTimeoutMs,
         outputApi: options.outputApi ?? "auto",
-        scrub
+        scrub,
+        envs: options.envs,
+        agentBinary,
+        agentArgs,
+        busy
       }),
       restart,
       remove: (instance) => provider.remove(instance.providerId),
-      suspend: (instance) => provider.suspend(instance.providerId),
+      suspend,
       renewal: { everyMs: keepAliveMs, leaseMs: timeoutMs, renew: provider.renew },
       checkpoints: E2BCheckpoints.make({ connection, scrub, create: provider.create })
     })

@@ -2,12 +2,17 @@
  * `Backend.connect` on E2B: the SDK's handle of one running sandbox and a watch on it, in the
  * Scope the kernel holds for one generation of the computer.
  *
- *   spawn  a process through envd (EnvdProcess.ts)
- *   lost   completes when the sandbox is gone or paused other than through the kernel. The watch
+ *   spawn  a process through the sandbox's agent (E2BAgent.ts), which holds it, its record and its
+ *          output (`held`), for any server; a sandbox made before agents (no key in its metadata),
+ *          or one whose agent cannot start, runs each process as an envd command (EnvdProcess.ts),
+ *          held by this server and ended with it
+ *   lost   completes when the sandbox is gone or paused other than through the kernel, or its agent
+ *          ends while the sandbox runs on (a reconnect starts another: a new boot). The watch
  *          asks E2B every `watchEveryMs`, once just after the end of the plan's runtime (`endsAt`),
  *          whenever a start fails, and a few times when a process's stream breaks. At the end of the runtime E2B
  *          deletes a temporary sandbox and pauses a permanent one; the reason then says so (a
  *          restart resumes a permanent one, with its files and a new period).
+ *   (close) notes in `busy` whether the agent still holds a running process, for `suspend`.
  *   publicUrl  E2B's own host of a port (`sandbox.getHost`, computed by the SDK without a request:
  *          `https://<port>-<sandboxId>.<domain>`), public while the sandbox runs: preview URLs.
  */
@@ -18,8 +23,11 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import type { ProviderError } from "../../../domain/Errors.js"
-import type { Connection, Instance } from "../../../services/Backend.js"
+import { asProviderError, type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
+import * as AgentProcesses from "../agent/AgentProcesses.js"
+import * as E2BAgent from "./E2BAgent.js"
+import { BACKEND, e2bError } from "./E2BError.js"
 import type { E2BProvider } from "./E2BProvider.js"
 import * as EnvdProcess from "./EnvdProcess.js"
 import * as RuntimeCap from "./RuntimeCap.js"
@@ -33,6 +41,17 @@ export interface ConnectOptions {
   readonly requestTimeoutMs: number
   readonly outputApi: EnvdProcess.ExecContext["outputApi"]
   readonly scrub: (text: string) => string
+  /** --e2b-env: what envd adds to every command, added to the agent's processes likewise. */
+  readonly envs: Readonly<Record<string, string>>
+  /** The agent's bytes; none: every process is an envd command (no agent binary, or agents turned off). */
+  readonly agentBinary: Effect.Effect<Uint8Array, ProviderError> | undefined
+  /** The agent's options (--retain, --max-finished). */
+  readonly agentArgs: ReadonlyArray<string>
+  /**
+   * Sandboxes whose agent held a running process when their last connection here closed: the
+   * backend's `suspend` leaves those running (a pause would end the processes), until E2B's timeout.
+   */
+  readonly busy: Set<string>
 }
 
 /** How long after `endsAt` the watch looks whether E2B has ended the sandbox. */
@@ -43,7 +62,7 @@ const SETTLE_LOOKS = 5
 export const connect = (options: ConnectOptions) => (target: Instance): Effect.Effect<Connection, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const { provider } = options
-    const { envdVersion, instance, sandbox } = yield* provider.attach(target.providerId, false)
+    const { agentKey, envdVersion, instance, sandbox, templateId } = yield* provider.attach(target.providerId, false)
     const id = instance.providerId
     const endsAt = instance.endsAt
     const scope = yield* Effect.scope
@@ -94,20 +113,83 @@ export const connect = (options: ConnectOptions) => (target: Instance): Effect.E
       }
     }).pipe(Effect.forkScoped)
 
+    const execContext: Omit<EnvdProcess.ExecContext, "outputApi"> = {
+      sandbox,
+      envdVersion,
+      requestTimeoutMs: options.requestTimeoutMs,
+      scrub: options.scrub,
+      gone,
+      onDropped: Effect.asVoid(settle)
+    }
+    const envdSpawn = (spec: SpawnSpec) =>
+      EnvdProcess.exec({ ...execContext, outputApi: options.outputApi }, spec).pipe(Effect.tapErrorTag("SpawnFailed", () => checkSoon))
+
+    /**
+     * The agent, when the sandbox has a key and the server the binary. One that cannot start leaves
+     * the sandbox to envd commands (said in the log), unless the sandbox itself is gone.
+     */
+    const agentDied = yield* Deferred.make<string>()
+    const agent = agentKey === undefined || options.agentBinary === undefined
+      ? Option.none()
+      : yield* E2BAgent.open({ ...execContext, home: options.home, binary: options.agentBinary, args: options.agentArgs }, agentKey, {
+        onLost: (reason) => Deferred.unsafeDone(agentDied, Effect.succeed(reason))
+      }).pipe(
+        Effect.map(Option.some),
+        Effect.catchAll((error) =>
+          Effect.gen(function*() {
+            const now = yield* provider.inspect(id).pipe(Effect.orElseSucceed(() => Option.none<Instance>()))
+            const detail = error instanceof SpawnFailed ? error.reason : error.detail
+            if (Option.isNone(now) || now.value.state !== "running") {
+              return yield* e2bError("start the sandbox's agent", "NotFound", `sandbox ${id} is not running: ${detail}`)
+            }
+            yield* Effect.logWarning(`e2b backend: sandbox ${id}: cannot start its agent (${detail}); its processes run as envd commands and end with this server`)
+            return Option.none()
+          })
+        )
+      )
+    // Before the agent is let go (finalizers run last-added first): does it hold a running process?
+    if (Option.isSome(agent)) {
+      const client = agent.value
+      yield* Effect.addFinalizer(() =>
+        client.list.pipe(
+          Effect.timeout("5 seconds"),
+          Effect.match({
+            onFailure: () => options.busy.delete(id),
+            onSuccess: (records) => (records.some((record) => record.exit === undefined) ? options.busy.add(id) : options.busy.delete(id))
+          })
+        )
+      )
+    }
+    // The agent's connection (an envd command) ends with the sandbox too: the sandbox says which.
+    yield* Deferred.await(agentDied).pipe(
+      Effect.flatMap((reason) =>
+        Effect.zipRight(
+          settle,
+          Deferred.succeed(lost, `its agent in sandbox ${id} ended: ${reason}; connecting again starts another (processes it held are lost)`)
+        )
+      ),
+      Effect.forkScoped
+    )
+    const env = E2BAgent.sandboxEnv(options.envs, id, templateId)
+    const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
+      Option.isNone(agent)
+        ? envdSpawn(spec)
+        : Effect.gen(function*() {
+          if (yield* gone) return yield* e2bError("start the process", "NotFound", `sandbox ${id} is gone`)
+          return yield* AgentProcesses.spawn(BACKEND, agent.value, { ...spec, env: { ...env, ...spec.env } }).pipe(
+            Effect.mapError((error) => (error instanceof SpawnFailed ? error : asProviderError(BACKEND, "start the process")(error)))
+          )
+        })
+
     const connection: Connection = {
       home: options.home,
-      spawn: (spec) =>
-        EnvdProcess.exec({
-          sandbox,
-          envdVersion,
-          requestTimeoutMs: options.requestTimeoutMs,
-          outputApi: options.outputApi,
-          scrub: options.scrub,
-          gone,
-          onDropped: Effect.asVoid(settle)
-        }, spec).pipe(Effect.tapErrorTag("SpawnFailed", () => checkSoon)),
+      spawn,
       lost: Deferred.await(lost),
-      publicUrl: (port) => Effect.sync(() => `https://${sandbox.getHost(port)}/`)
+      publicUrl: (port) => Effect.sync(() => `https://${sandbox.getHost(port)}/`),
+      ...(Option.isNone(agent) ? {} : {
+        held: AgentProcesses.held(BACKEND, agent.value),
+        lease: (step: string) => AgentProcesses.lease(BACKEND, agent.value, target.metadata.id, step)
+      })
     }
     return connection
   }).pipe(Effect.withSpan("E2BBackend.connect"))

@@ -10,7 +10,8 @@
  *            is a memory snapshot, whose resume would bring back the processes the kernel has
  *            ended). A create whose answer is lost is found again by its nonce and killed, so
  *            nothing is left running unseen. E2B's refusal of header rules (a team feature,
- *            envd ≥ 0.5.13) is told in --egress-header's words (E2BError.headerRulesRefusal).
+ *            envd ≥ 0.5.13) is told in --egress-header's words (E2BError.headerRulesRefusal). Its
+ *            metadata carries the key of its agent (E2BAgent.ts), made here.
  *   attach   `Sandbox.connect`: the SDK's handle of a running sandbox, resuming a paused one. To
  *            start one, a running sandbox past the end of its runtime (it cannot be extended) is
  *            paused and resumed, which keeps its files and starts a new period.
@@ -36,6 +37,8 @@ import { randomUUID } from "node:crypto"
 import { type ComputerMetadata, fromLabels, labelKey, type LabelStyle, selector, toLabels } from "../../../domain/ComputerMetadata.js"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { Instance, Query } from "../../../services/Backend.js"
+import { newKey } from "../agent/AgentHandshake.js"
+import { AGENT_KEY_METADATA } from "./E2BAgent.js"
 import { e2bError, fromSdk, headerRulesRefusal, isRuntimeCap, isTransient } from "./E2BError.js"
 import * as RuntimeCap from "./RuntimeCap.js"
 import type { E2BNetwork } from "../../egress/CloudEgress.js"
@@ -84,9 +87,15 @@ export interface Attached {
   readonly sandbox: Sandbox
   readonly instance: Instance
   readonly envdVersion: string
+  /** What it boots from (E2B_TEMPLATE_ID inside). */
+  readonly templateId: string
+  /** The key of its agent (E2BAgent.ts); undefined: made by a version without one. */
+  readonly agentKey: string | undefined
 }
 
 const LIST_PAGE = 100
+/** A key as the agent takes it (64 hex digits); anything else is no key. */
+const validKey = (value: string | undefined) => (value !== undefined && /^[0-9a-f]{64}$/.test(value) ? value : undefined)
 const iso = (millis: number) => new Date(millis).toISOString()
 
 export const make = (config: ProviderConfig) => {
@@ -161,7 +170,8 @@ export const make = (config: ProviderConfig) => {
           ...connection,
           signal,
           timeoutMs: config.timeoutMs,
-          metadata: { ...config.extraMetadata, ...toLabels(LABEL_STYLE, labeled) },
+          // The agent's key with the rest: E2B keeps metadata from the guest (E2BAgent.ts).
+          metadata: { ...config.extraMetadata, ...toLabels(LABEL_STYLE, labeled), [AGENT_KEY_METADATA]: newKey() },
           envs: { ...config.envs },
           ...(config.network === undefined ? {} : { network: networkOption(config.network) }),
           ...(labeled.temporary ? {} : { lifecycle: { onTimeout: { action: "pause" as const, keepMemory: false } } })
@@ -229,7 +239,13 @@ export const make = (config: ProviderConfig) => {
             const instance = toInstance(info)
             return instance === undefined
               ? Effect.fail(e2bError("read the sandbox", "Failed", `sandbox ${info.sandboxId} does not carry our metadata`))
-              : Effect.succeed({ sandbox, instance, envdVersion: info.envdVersion })
+              : Effect.succeed({
+                sandbox,
+                instance,
+                envdVersion: info.envdVersion,
+                templateId: info.templateId,
+                agentKey: validKey(info.metadata[AGENT_KEY_METADATA])
+              })
           })
         )
       )

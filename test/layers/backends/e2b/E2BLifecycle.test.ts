@@ -52,7 +52,9 @@ const provider = <A, E>(body: Effect.Effect<A, E, Backend>, overrides: Partial<E
   Effect.scoped(Effect.provide(body, E2BBackend.layer(options(fake, overrides))))
 
 describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: the plan's maximum runtime", () => {
-  const cappedOptions = { sandboxTimeoutSec: 2, maxRuntimeSec: MAX_RUNTIME_SEC, keepAliveIntervalMs: 500 }
+  // Processes as envd commands (a sandbox made before agents): the runtime's end as the kernel sees
+  // it on the test clock. The agent's side of a pause is E2BAgent.test.ts's, on the live clock.
+  const cappedOptions = { sandboxTimeoutSec: 2, maxRuntimeSec: MAX_RUNTIME_SEC, keepAliveIntervalMs: 500, processes: "envd" as const }
 
   /** Past the end of the runtime and the watch's grace after it, on both clocks. */
   const pastTheEnd = MAX_RUNTIME_SEC * 1000 + END_GRACE_MS + 500
@@ -278,7 +280,7 @@ describeIf(bwrapWorks, "bubblewrap (the E2B fake runs commands in it)")("E2B: ou
             assert.strictEqual(yield* count(connection, "sleep 272"), "1")
           })).pipe(Effect.timeout("15 seconds"))
           yield* eventually(Effect.map(count(connection, "sleep 272"), (n) => n === "0"), 5)
-        }).pipe(Effect.scoped), { outputApi })
+        }).pipe(Effect.scoped), { outputApi, processes: "envd" })
       }
     }), 60_000)
 

@@ -34,7 +34,7 @@ const watched = (endsAt: number) =>
     const seen: { state: "running" | "paused" | "gone" | "error" } = { state: "running" }
     const target = instance(endsAt)
     const stub = {
-      attach: () => Effect.succeed({ sandbox: {} as Sandbox, instance: target, envdVersion: "0.5.8" }),
+      attach: () => Effect.succeed({ sandbox: {} as Sandbox, instance: target, envdVersion: "0.5.8", templateId: "base", agentKey: undefined }),
       inspect: () =>
         Effect.gen(function*() {
           asked.push(yield* Clock.currentTimeMillis)
@@ -49,7 +49,11 @@ const watched = (endsAt: number) =>
       watchEveryMs: 25_000,
       requestTimeoutMs: 1000,
       outputApi: "auto",
-      scrub: (text) => text
+      scrub: (text) => text,
+      envs: {},
+      agentBinary: undefined,
+      agentArgs: [],
+      busy: new Set()
     })(target)
     return { asked, seen, connection }
   })
