@@ -300,12 +300,14 @@ export const LIST = [
   ALIVE_FUNCTION,
   REPORT_FUNCTION,
   `u=0; alive && u=1; echo "S $u $boot $version"`,
-  `for d in ${PROCESS_ROOT}/*/; do d=\${d%/}; [ -f "$d/handle" ] || continue`,
-  `  echo "H $(cat "$d/handle") $d"`,
+  // Files a process in the machine could have written by hand are checked, so one bad record cannot hide the others.
+  `for d in ${PROCESS_ROOT}/*/; do d=\${d%/}; k=$(cat "$d/handle" 2>/dev/null)`,
+  `  case $k in ''|*[!0-9]*) continue ;; esac; case $d in *[!A-Za-z0-9/._-]*) continue ;; esac`,
+  `  echo "H $k $d"`,
   `  printf 'M '; base64 < "$d/meta" 2>/dev/null | tr -d '\\n'; echo`,
   `  printf 'N '; [ -f "$d/note" ] && base64 < "$d/note" | tr -d '\\n'; echo`,
   `  e=-; for f in exit rstatus fail; do [ -e "$d/$f" ] && { e=$(date -r "$d/$f" +%s%3N); break; }; done`,
-  `  echo "T $(cat "$d/t0" 2>/dev/null || echo -) $e"`,
+  `  t=$(cat "$d/t0" 2>/dev/null); case $t$e in *[!0-9-]*|'') t=-; e=- ;; esac; echo "T \${t:--} $e"`,
   `  report "$d" 0 0 0`,
   `done`
 ].join("\n")

@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Either } from "effect"
 import { spawnSync } from "node:child_process"
+import * as FlyHeld from "../../../../src/layers/backends/fly/FlyHeld.js"
 import * as Round from "../../../../src/layers/backends/fly/FlyRound.js"
 
 const b64 = (text: string) => Buffer.from(text).toString("base64")
@@ -70,5 +71,44 @@ describe("FlyRound", () => {
     assert.isTrue(Either.isLeft(Round.decode("S 1 b 1\nA\n", 2, 0)), "an answer is missing")
     assert.isTrue(Either.isLeft(Round.decode("S 1 b 1\nP 1 1 - - 0 0 - - - - 0 0\nF \n", 0, 1)), "a report is cut short")
     assert.deepStrictEqual(Either.getOrThrow(Round.decode("S 0 - -\n", 0, 0)).supervisor, { alive: false, boot: undefined, version: undefined })
+  })
+
+  it("decodes a list: each record's handle, command, note, times, exit (a signal any server sent) and totals", () => {
+    const stdout = [
+      "S 1 boot-2 1",
+      "H 3 /tmp/.kt/p/a-1",
+      `M ${b64(FlyHeld.meta("sleep 9", "/home/agent"))}`,
+      `N ${b64("killed by server B")}`,
+      "T 1700000000000 1700000001500",
+      "P 0 0 137 137 4 0 42 41 3 KILL, 0 0",
+      "F ",
+      "O ",
+      "E ",
+      "H 4 /tmp/.kt/p/b-1",
+      "M ",
+      "N ",
+      "T 1700000002000 -",
+      "P 1 1 - - 0 2 50 49 4 - 0 0",
+      "F ",
+      "O ",
+      "E ",
+      ""
+    ].join("\n")
+    const list = FlyHeld.decodeList(stdout)
+    assert.notStrictEqual(typeof list, "string", String(list))
+    const { boot, processes } = list as Exclude<typeof list, string>
+    assert.strictEqual(boot, "boot-2")
+    assert.deepStrictEqual(processes.map((one) => one.record), [
+      {
+        handle: 3, pid: 42, command: "sleep 9", cwd: "/home/agent", tty: false, size: { cols: 0, rows: 0 },
+        exit: { exitCode: null, signal: "SIGKILL" }, closed: true, note: "killed by server B",
+        startedAt: 1700000000000, endedAt: 1700000001500, totals: { stdout: 4, stderr: 0 }
+      },
+      {
+        handle: 4, pid: 50, command: "", cwd: "", tty: false, size: { cols: 0, rows: 0 },
+        exit: undefined, closed: false, note: "", startedAt: 1700000002000, endedAt: undefined, totals: { stdout: 0, stderr: 2 }
+      }
+    ])
+    assert.strictEqual(typeof FlyHeld.decodeList("S 1 b 1\nH 3 /x\nM \n"), "string", "a record cut short is refused")
   })
 })
