@@ -148,7 +148,8 @@ export const make = (options: {
             onExit: request.onExit,
             store: held === undefined || handle === undefined
               ? undefined
-              : (stream, from, most) => held.read(handle, stream, from, most)
+              : (stream, from, most) => held.read(handle, stream, from, most),
+            why: held === undefined || handle === undefined ? undefined : recordedWhy(held, handle)
           })
           live.set(request.id, actor)
           yield* Deferred.succeed(started, actor)
@@ -171,6 +172,15 @@ export const make = (options: {
         yield* FiberMap.run(supervisor, request.id, lifetime)
         return yield* Deferred.await(started)
       })
+
+    /** Why a process ends, as the computer records it for every server. */
+    const recordedWhy = (held: HeldProcesses, handle: number) => ({
+      tell: (text: string) => held.note(handle, text),
+      ask: Effect.map(held.list, (records) => {
+        const note = records.find((record) => record.handle === handle)?.note
+        return note === undefined || note === "" ? undefined : note
+      }).pipe(Effect.orElseSucceed(() => undefined))
+    })
 
     const replayed = (actor: ProcessActor.ProcessActor, bytes: number) =>
       actor.totals.pipe(
@@ -200,6 +210,7 @@ export const make = (options: {
             mailboxCapacity: follow.mailboxCapacity,
             onExit: follow.onExit,
             store: (stream, at, most) => held.read(record.handle, stream, at, most),
+            why: recordedWhy(held, record.handle),
             adopted: { startedAt: now.startedAt, endedAt: now.endedAt, from }
           })
           if (now.note !== "") yield* actor.noteReason(now.note)

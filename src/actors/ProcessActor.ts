@@ -41,6 +41,15 @@ export interface ProcessActorOptions {
     readonly endedAt: number | undefined
     readonly from: { readonly stdout: number; readonly stderr: number }
   } | undefined
+  /**
+   * The computer's record of why it ends (it holds its processes), shared by every server: told why
+   * this server signals or limits it, and asked when a signal ended it for a reason not known here
+   * (another server's kill).
+   */
+  readonly why?: {
+    readonly tell: (text: string) => Effect.Effect<void>
+    readonly ask: Effect.Effect<string | undefined>
+  } | undefined
 }
 
 type Command =
@@ -113,6 +122,8 @@ export const make = (
     const scope = yield* Effect.scope
 
     let exit: ExitInfo | undefined
+    /** Its exit is being recorded (the computer is asked why first). */
+    let ending = false
     let endedAt: number | undefined
     let reason: string | undefined
     let stdinClosed = false
@@ -143,7 +154,23 @@ export const make = (
     const self = yield* Deferred.make<ProcessActor>()
     const recordExit = (info: ExitInfo) =>
       Effect.gen(function*() {
-        if (exit !== undefined) return
+        if (exit !== undefined || ending) return
+        ending = true
+        // Asked before the exit shows: whoever sees it ended sees why. Bounded, and not cut short by
+        // a stop meanwhile, which finds the exit being recorded and leaves it to this.
+        const why = options.why
+        if (info.exitCode === null && reason === undefined && why !== undefined) {
+          yield* why.ask.pipe(
+            Effect.timeoutTo({ duration: Duration.seconds(2), onTimeout: () => undefined, onSuccess: (note) => note }),
+            Effect.tap((note) =>
+              Effect.sync(() => {
+                reason ??= note
+                exit = info
+              })
+            ),
+            Effect.uninterruptible
+          )
+        }
         exit = info
         endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
         yield* Deferred.succeed(exitDeferred, info)
@@ -191,6 +218,7 @@ export const make = (
         if (limit !== undefined && !limitReached && exit === undefined && stdout.total + stderr.total > limit.bytes) {
           limitReached = true
           reason = limit.reason
+          if (options.why !== undefined) yield* options.why.tell(limit.reason)
           yield* Effect.ignore(process.signal("SIGKILL"))
         }
       })
@@ -226,8 +254,11 @@ export const make = (
           if (!screen) stdinClosed = true
           return process.closeStdin
         case "Signal":
-          if (command.reason !== undefined) reason = command.reason
-          return process.signal(command.signal)
+          if (command.reason === undefined) return process.signal(command.signal)
+          reason = command.reason
+          return options.why === undefined
+            ? process.signal(command.signal)
+            : Effect.zipRight(options.why.tell(command.reason), process.signal(command.signal))
         case "Resize":
           screen?.resize(command.cols, command.rows)
           return process.resize(command.cols, command.rows)

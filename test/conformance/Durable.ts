@@ -119,6 +119,8 @@ export const durableCases = (target: ConformanceTarget) => {
         assert.strictEqual(seen.status, "terminated")
         assert.strictEqual(seen.stdout, "ready\ngot from-b\n")
         assert.strictEqual(seen.signal, "SIGKILL")
+        // Why it ended is the computer's record, shared by every server: A says it was B's kill.
+        assert.strictEqual(seen.reason, "killed with SIGKILL (kill tool)")
         yield* computers.delete("b", id)
       })).pipe(Effect.ensuring(a.close))
     })), 240_000)

@@ -101,7 +101,15 @@ export interface AgentStart {
    */
   readonly user?: string | undefined
   readonly args: ReadonlyArray<string>
+  /** How long its start may take (default START_MS). */
+  readonly startMs?: number | undefined
 }
+
+/**
+ * Generous: a loaded engine took over 20 s to start an agent here, so the bound is for an agent
+ * that hangs, not for one that is slow.
+ */
+export const START_MS = 60_000
 
 /**
  * Copies the agent into the container. Its own function: a closure made where the archive is in
@@ -219,12 +227,10 @@ export const open = (
     yield* startDaemon(engine, containerId, binaries, socket, key, start)
     return yield* attach(engine, containerId, socket, key, options)
   }).pipe(
-    // Generous: a connection whose agent did not start runs through Engine exec, where the computer
-    // holds nothing (no output store, no processes that outlive the server); a loaded engine took
-    // over 20 s here, so the bound is for an agent that hangs, not for one that is slow.
     Effect.timeoutFail({
-      duration: "60 seconds",
-      onTimeout: () => providerError(engine.name, "start the agent", "Timeout", "it did not start in the container within 60 seconds")
+      duration: start.startMs ?? START_MS,
+      onTimeout: () =>
+        providerError(engine.name, "start the agent", "Timeout", `it did not start in the container within ${Math.round((start.startMs ?? START_MS) / 1000)} seconds`)
     })
   )
 

@@ -74,6 +74,8 @@ export interface DockerBackendOptions extends DockerEngine.EngineAddress {
   readonly retainBytes?: number | undefined
   /** Finished processes each container keeps listable (its agent's --max-finished; default 100). */
   readonly maxFinished?: number | undefined
+  /** How long an agent's start may take (DockerAgent.START_MS); tests shorten it. */
+  readonly agentStartMs?: number | undefined
   /**
    * The server's state directory: warm pool records, and the user's directories staged for the
    * engine (DockerMounts.ts; without one they are only checked), or the empty directory that masks
@@ -218,7 +220,8 @@ export const make = (options: DockerBackendOptions): Effect.Effect<Backend["Type
           ...(options.retainBytes === undefined ? [] : ["--retain", String(options.retainBytes)]),
           ...(options.maxFinished === undefined ? [] : ["--max-finished", String(options.maxFinished)])
         ],
-        guest: DockerGuest.idsFor(options.filesystem?.mounts ?? [], settings.flags)
+        guest: DockerGuest.idsFor(options.filesystem?.mounts ?? [], settings.flags),
+        agentStartMs: options.agentStartMs
       }),
       restart: containers.restart,
       remove: containers.remove,

@@ -52,6 +52,8 @@ export interface ConnectionContext {
   readonly egress?: ComputerEgress | undefined
   /** The agent's options beside the relay (--retain, --max-finished). */
   readonly agentArgs: ReadonlyArray<string>
+  /** How long an agent's start may take (DockerAgent.START_MS unless a test says otherwise). */
+  readonly agentStartMs?: number | undefined
   /**
    * A computer can write a host directory: the agent refuses setuid/setgid modes (`--no-setid-files`),
    * and a container without the agent gets no processes at all (nothing else would refuse them).
@@ -108,6 +110,7 @@ const startAgent = (context: ConnectionContext, instance: Instance, user: string
         key: state.value.agentKey,
         bound: instance.metadata.temporary,
         user,
+        startMs: context.agentStartMs,
         args: [
           ...(context.writesHostFiles === true ? ["--no-setid-files"] : []),
           ...(relay === undefined ? [] : ["--relay-port", String(relay.port)]),
@@ -129,6 +132,15 @@ const startAgent = (context: ConnectionContext, instance: Instance, user: string
     const why = `cannot ${started.left.operation}: ${started.left.detail}`
     // A slow start (a loaded engine) says nothing about the image: only this connection does without.
     const timedOut = started.left.reason === "Timeout"
+    // Without its agent a permanent computer would hold nothing: its processes would end with this
+    // server and nobody would be told. Refused instead, for a later call to start afresh.
+    if (timedOut && !instance.metadata.temporary && context.writesHostFiles !== true && context.relay === undefined) {
+      return yield* engine.fail(
+        "start the computer's agent",
+        "Timeout",
+        `${containerName(instance.metadata.id)}: ${why}. A permanent computer runs its processes only through its agent, which keeps them whatever server comes and goes; the engine is slow to answer — try again`
+      )
+    }
     if (!timedOut) agentRefused.set(instance.metadata.image, why)
     if (relay === undefined) {
       yield* Effect.logWarning(

@@ -149,6 +149,26 @@ describeIf(dockerWorks, requirement())("the Docker exec fallback", () => {
       assert.isDefined((yield* Fiber.join(sleeper).pipe(Effect.timeout("10 seconds"))).exit)
     }))
 
+  it.scopedLive("an agent too slow to start: a temporary computer does without it, a permanent one is refused and says so", () =>
+    Effect.gen(function*() {
+      // 1 ms: no agent starts that fast, as none does on an engine too loaded to answer in time.
+      const backend = yield* DockerBackend.make(testOptions({ agentStartMs: 1 }))
+      const temporary = yield* dockerComputer(backend, testMetadata(computerId("slow-temp")))
+      assert.isUndefined(temporary.connection.held)
+      assert.match((yield* sh(temporary.connection, "grep PPid /proc/$$/status")).stdout, /^PPid:\s+0\n$/)
+      const id = computerId("slow-perm")
+      const permanent = yield* Effect.acquireRelease(backend.create(testMetadata(id, { temporary: false })), (made) => Effect.ignore(backend.remove(made)))
+      const refused = yield* Effect.flip(Effect.scoped(backend.connect(permanent)))
+      assert.strictEqual(refused._tag, "ProviderError")
+      assert.strictEqual(refused.reason, "Timeout")
+      assert.include(refused.message, `kilntainer-${id}`)
+      assert.include(refused.message, "runs its processes only through its agent")
+      // The image is not marked as one that cannot run the agent: with time to start, it does.
+      const patient = yield* DockerBackend.make(testOptions())
+      const again = yield* Effect.scoped(Effect.map(patient.connect(permanent), (connection) => connection.held !== undefined))
+      assert.isTrue(again)
+    }), 120_000)
+
   it.scopedLive("with an egress policy, a container that cannot run the agent is refused: its relay would be its only network", () =>
     Effect.gen(function*() {
       let served = 0
