@@ -99,15 +99,21 @@ export interface HeldOptions {
 
 export const make = (options: HeldOptions): HeldProcesses => {
   const { api, machineId } = options
+  // Once the connection ended (the machine lost, or closed) every call fails at once, not after the API's retries.
   const exec = (operation: string, script: string, args: ReadonlyArray<string>) =>
-    api.exec(machineId, ["/bin/sh", "-c", script, "kt", ...args], { timeoutSeconds: options.execTimeoutSeconds }).pipe(
+    Effect.suspend(() => {
+      const closed = options.closed()
+      return closed === undefined ? Effect.void : Effect.fail(closed)
+    }).pipe(Effect.zipRight(api.exec(machineId, ["/bin/sh", "-c", script, "kt", ...args], { timeoutSeconds: options.execTimeoutSeconds }).pipe(
+      // A caller's bound cuts the call short even where it runs uninterruptibly (the kernel asks why a process ended so).
+      Effect.interruptible,
       Effect.mapError((error) => toProviderError(error, operation)),
       Effect.flatMap((answer) =>
         answer.exit_code === 0
           ? Effect.succeed(answer.stdout ?? "")
           : flyError(operation, answer.exit_code === 4 ? "NotFound" : "Failed", (answer.stderr ?? "").trim() || `exit code ${answer.exit_code}`)
       )
-    )
+    )))
 
   const { followed } = options
   /** This connection follows the process in `dir` (named `handle`), or one with that handle. */
