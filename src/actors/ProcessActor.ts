@@ -159,21 +159,23 @@ export const make = (
         // Asked before the exit shows: whoever sees it ended sees why. Bounded, and not cut short by
         // a stop meanwhile, which finds the exit being recorded and leaves it to this.
         const why = options.why
-        if (info.exitCode === null && reason === undefined && why !== undefined) {
-          yield* why.ask.pipe(
-            Effect.timeoutTo({ duration: Duration.seconds(2), onTimeout: () => undefined, onSuccess: (note) => note }),
-            Effect.tap((note) =>
-              Effect.sync(() => {
-                reason ??= note
-                exit = info
-              })
-            ),
-            Effect.uninterruptible
-          )
-        }
-        exit = info
-        endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
-        yield* Deferred.succeed(exitDeferred, info)
+        // The exit is recorded whole or not at all: a stop that lands after the ask must not leave
+        // `exit` set with its Deferred never completed (waiters would wait forever).
+        yield* Effect.uninterruptible(Effect.gen(function*() {
+          if (info.exitCode === null && reason === undefined && why !== undefined) {
+            yield* why.ask.pipe(
+              Effect.timeoutTo({ duration: Duration.seconds(2), onTimeout: () => undefined, onSuccess: (note) => note }),
+              Effect.tap((note) =>
+                Effect.sync(() => {
+                  reason ??= note
+                })
+              )
+            )
+          }
+          exit = info
+          endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
+          yield* Deferred.succeed(exitDeferred, info)
+        }))
         yield* publish({ _tag: "Exit", exit: info })
         yield* options.onExit(yield* Deferred.await(self))
       })

@@ -1,4 +1,7 @@
 import { Redacted } from "effect"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { afterAll, beforeAll } from "vitest"
 import * as FlyBackend from "../../src/layers/backends/fly/FlyBackend.js"
 import type { FlyFake } from "../support/FlyFake.js"
@@ -7,6 +10,7 @@ import { bwrapWorks } from "../support/Requirements.js"
 import { conformance } from "./Conformance.js"
 
 const token = "fake-conformance-token"
+const stateDir = mkdtempSync(join(tmpdir(), "kt-conformance-fly-"))
 let fake: FlyFake | undefined
 
 beforeAll(async () => {
@@ -33,6 +37,14 @@ conformance("fly", {
       apiUrl: fake?.url ?? "http://127.0.0.1:1",
       network: false
     }),
+  settings: { stateDir },
   available: bwrapWorks,
-  requirement: "bubblewrap (the Fly fake runs commands in it)"
+  requirement: "bubblewrap (the Fly fake runs commands in it)",
+  // Server A as the built CLI over the same fake (known once it runs), killed with SIGKILL.
+  get cli() {
+    return fake === undefined ? undefined : {
+      args: ["--backend", "fly", "--fly-app", "kt-conformance", "--fly-api-url", fake.url, "--fly-memory", "512", "--state-dir", stateDir],
+      env: { FLY_API_TOKEN: token }
+    }
+  }
 })

@@ -28,6 +28,7 @@ import type { FlySettings } from "../../../services/Settings.js"
 import * as FlyApi from "./FlyApi.js"
 import type { ConnectionTuning } from "./FlyConnection.js"
 import { flyError, NAME, toProviderError } from "./FlyError.js"
+import * as FlyHeld from "./FlyHeld.js"
 import * as FlyMetadata from "./FlyMetadata.js"
 import * as FlyProvider from "./FlyProvider.js"
 import * as FlyWatcher from "./FlyWatcher.js"
@@ -83,11 +84,12 @@ export const DEFAULT_TUNING: FlyTuning = {
   execTimeoutSeconds: 30,
   roundInputBytes: 768 * 1024,
   roundOutputBytes: 2 * 1024 * 1024,
-  gatherMs: 10
+  gatherMs: 10,
+  retainBytes: FlyHeld.RETAIN_BYTES
 }
 
 /** The capabilities of the Fly backend (see the modules for how each one works). */
-export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false, heldProcesses: false, checkpoints: false })
+export const capabilities: Capabilities = capabilitiesWithout({ pty: false, networkControl: false, checkpoints: false })
 
 /** The memory a guest may have per CPU, by CPU kind (Fly's docs, Machine Sizing: General Rules). */
 export const MEMORY_PER_CPU_MB = { shared: { min: 256, max: 2048 }, performance: { min: 2048, max: 8192 } } as const

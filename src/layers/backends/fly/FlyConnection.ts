@@ -36,7 +36,8 @@ import type { ProviderError } from "../../../domain/Errors.js"
 import { SpawnFailed } from "../../../domain/Errors.js"
 import { type BackendProcess, checkSpec, type Connection, type SpawnSpec, throughEnv } from "../../../services/Backend.js"
 import type { FlyApi } from "./FlyApi.js"
-import { flyError, NAME, toProviderError } from "./FlyError.js"
+import { flyError, NAME } from "./FlyError.js"
+import * as FlyHeld from "./FlyHeld.js"
 import * as FlyProcess from "./FlyProcess.js"
 import * as Round from "./FlyRound.js"
 import * as Scripts from "./FlyScripts.js"
@@ -58,6 +59,8 @@ export interface ConnectionTuning {
   readonly roundOutputBytes: number
   /** How long a round waits for more operations once one arrived (stdin, then EOF: one round). */
   readonly gatherMs: number
+  /** Bytes of each stream the machine keeps (FlyHeld.retention: a quarter head, the rest tail). */
+  readonly retainBytes: number
 }
 
 export interface ConnectionOptions {
@@ -66,9 +69,8 @@ export interface ConnectionOptions {
   readonly machineId: string
   readonly computerId: string
   /**
-   * The processes' directories go with the machine when this connection closes, so closing it
-   * costs no cleanup call: a temporary machine is removed or restarted next (the kernel releases
-   * a temporary computer by removing it), and the supervisor clears the directories at boot.
+   * A temporary machine is removed or restarted next (the kernel releases a temporary computer by
+   * removing it), so closing its connection costs no cleanup call for failed starts.
    */
   readonly disposable: boolean
   readonly home: string
@@ -111,6 +113,7 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
     const closed = yield* Deferred.make<string>()
     const lost = yield* Deferred.make<string>()
     let carry: Array<Pending> = []
+    const kept = FlyHeld.retention(tuning.retainBytes)
     /** Why the connection ended; undefined while it runs. */
     let ended: string | undefined
 
@@ -187,23 +190,14 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
         // Each stream of each process reads up to its share of the round's output (a 64 KiB floor, so none starves).
         const cap = Math.max(64 * 1024, Math.floor(tuning.roundOutputBytes / Math.max(1, targets.length)))
         const settles = chosen.some((pending) => pending.op._tag !== "Cleanup")
-        const { args, stdin } = Round.encode(
+        const result = yield* FlySupervisor.round(
+          options,
           chosen.map((pending) => pending.op),
           targets.map((process) => ({ dir: process.dir, outOffset: process.outOffset, errOffset: process.errOffset })),
-          { cap, waitTicks: settles ? Math.round(tuning.startWaitMs / 10) : 0 }
+          { cap, waitTicks: settles ? Math.round(tuning.startWaitMs / 10) : 0, ...kept },
+          true
         )
-        const answer = yield* api.exec(machineId, ["/bin/sh", "-c", Scripts.ROUND, "kt", ...args], {
-          timeoutSeconds: tuning.execTimeoutSeconds,
-          stdin,
-          taken: true
-        }).pipe(Effect.mapError((error) => toProviderError(error)))
-        const operation = `follow the processes of machine ${machineId}`
-        if (answer.exit_code !== 0) {
-          return yield* flyError(operation, "Failed", `a round failed: ${(answer.stderr ?? "").trim() || `exit code ${answer.exit_code}`}`)
-        }
-        const decoded = Round.decode(answer.stdout ?? "", chosen.length, targets.length)
-        if (Either.isLeft(decoded)) return yield* flyError(operation, "Protocol", `unexpected answer: ${decoded.left}`)
-        return { result: decoded.right, targets }
+        return { result, targets }
       })
 
     const dispatch = (chosen: ReadonlyArray<Pending>, result: Round.RoundResult, targets: ReadonlyArray<FlyProcess.Followed>) =>
@@ -337,16 +331,14 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
       )
     )
 
-    // Runs after the loop is interrupted (added first): kill what still runs, then end every stream.
+    // Runs after the loop is interrupted (added first): what still runs runs on in the machine (it
+    // holds its processes, for any server); the cleanups of failed starts go out; every stream ends.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         if (current() && !options.disposable) {
-          const left = [...followed.values()].filter((process) => !process.ended).map((process): Round.Op => ({ _tag: "Cleanup", dir: process.dir }))
-          const lazy = [...carry, ...(yield* Queue.takeAll(inbox))].flatMap((pending) => (pending.reply === undefined ? [pending.op] : []))
-          const ops = [...left, ...lazy]
+          const ops = [...carry, ...(yield* Queue.takeAll(inbox))].flatMap((pending) => (pending.reply === undefined ? [pending.op] : []))
           if (ops.length > 0) {
-            const { args } = Round.encode(ops, [], { cap: 0, waitTicks: 0 })
-            yield* api.exec(machineId, ["/bin/sh", "-c", Scripts.ROUND, "kt", ...args], { timeoutSeconds: tuning.execTimeoutSeconds }).pipe(
+            yield* FlySupervisor.round(options, ops, [], { cap: 0, waitTicks: 0, headBytes: 0, tailBytes: 0 }, false).pipe(
               Effect.interruptible,
               Effect.timeout(Duration.seconds(tuning.execTimeoutSeconds + 5)),
               Effect.catchAll((error) => Effect.logDebug(`fly backend: cannot clean up in machine ${machineId}: ${String(error)}`))
@@ -366,34 +358,44 @@ export const connect = (options: ConnectionOptions): Effect.Effect<Connection, P
         if (ended !== undefined) return yield* gone(ended)
         yield* checkSpec(spec, FlyProcess.noTerminals, throughEnv(NAME))
         const dir = `${Scripts.PROCESS_ROOT}/${tag}-${++counter}`
-        const process = FlyProcess.make(dir)
+        const process = FlyProcess.make(dir, tag)
         const started = yield* Deferred.make<void, string>()
         const now = yield* Clock.currentTimeMillis
         starting.set(dir, { started, deadline: now + tuning.startTimeoutMs })
+        // The machine holds the process: the Scope's end lets go of it (it runs on, its record and
+        // output stay for any server); only one that never started is cleaned up.
+        let failed = false
         yield* Effect.addFinalizer(() =>
-          Effect.gen(function*() {
+          Effect.suspend(() => {
             starting.delete(dir)
-            const running = !process.ended && current()
-            followed.delete(dir)
-            FlyProcess.finish(process)
-            if (!current()) return
-            if (!running) return yield* post({ _tag: "Cleanup", dir })
-            // SIGKILL what is left at once; the directory goes with it.
-            yield* submit({ _tag: "Cleanup", dir }).pipe(
-              Effect.interruptible,
-              Effect.timeout(Duration.seconds(tuning.execTimeoutSeconds + 5)),
-              Effect.catchAll((error) => Effect.logWarning(`fly backend: cannot kill process ${process.pid ?? dir}: ${String(error)}`))
-            )
+            FlyProcess.letGo(followed, process)
+            return failed && current() ? post({ _tag: "Cleanup", dir }) : Effect.void
           })
         )
-        yield* submit({ _tag: "Start", dir, spec: Round.startSpec(spec) }, process)
+        yield* submit({ _tag: "Start", dir, spec: Round.startSpec(spec), meta: FlyHeld.meta(spec.label ?? command, spec.cwd) }, process).pipe(
+          Effect.tapError(() => Effect.sync(() => (failed = true)))
+        )
         const verdict = yield* Effect.either(Deferred.await(started))
         if (Either.isLeft(verdict)) {
+          failed = true
           process.ended = true
           return yield* new SpawnFailed({ command, reason: verdict.left })
         }
-        return FlyProcess.handle(process, { submit: (op) => submit(op), queue, wake, current })
+        return FlyProcess.handle(process, operations)
       })
 
-    return { home: options.home, spawn, lost: Deferred.await(lost) }
+    const operations: FlyProcess.Operations = { submit: (op) => submit(op), queue, wake, current }
+    const held = FlyHeld.make({
+      api,
+      machineId,
+      boot: prepared.boot,
+      retainBytes: tuning.retainBytes,
+      execTimeoutSeconds: tuning.execTimeoutSeconds,
+      followed,
+      writer: tag,
+      operations,
+      closed: () => (ended === undefined ? undefined : gone(ended))
+    })
+
+    return { home: options.home, spawn, lost: Deferred.await(lost), held }
   })

@@ -28,6 +28,10 @@ export const WRITE_CHUNK = 512 * 1024
 
 export interface Followed {
   readonly dir: string
+  /** Its handle in the machine (known from the round that started it, or given when attached). */
+  handle: number | undefined
+  /** Names this server's stdin writes apart from another server's (the round keeps the last id). */
+  readonly writer: string
   readonly events: ProcessEvents
   outOffset: number
   errOffset: number
@@ -46,13 +50,15 @@ export interface Followed {
   lastSignal: string | undefined
 }
 
-export const make = (dir: string): Followed => {
+export const make = (dir: string, writer: string, from: { readonly stdout: number; readonly stderr: number } = { stdout: 0, stderr: 0 }, handle?: number): Followed => {
   const events = new ProcessEvents()
   const process: Followed = {
     dir,
+    handle,
+    writer,
     events,
-    outOffset: 0,
-    errOffset: 0,
+    outOffset: from.stdout,
+    errOffset: from.stderr,
     pid: null,
     pgid: undefined,
     exited: false,
@@ -74,10 +80,29 @@ export const make = (dir: string): Followed => {
 /** Whether a report of the process can be taken now (its reader is not behind). */
 export const hasRoom = (process: Followed): boolean => !process.held
 
-const decodeStatus = (process: Followed, status: number): ExitInfo =>
-  status > 128 && process.delivered.has(status - 128)
+const decodeStatus = (delivered: ReadonlySet<number>, status: number): ExitInfo =>
+  status > 128 && delivered.has(status - 128)
     ? { exitCode: null, signal: signalName(status - 128) ?? `SIG${status - 128}` }
     : { exitCode: status, signal: null }
+
+/**
+ * How a process ended as a report shows it, or undefined while it runs: its status (a signal when
+ * one was sent to it, by this server or another), else its runner's status (killed with its
+ * group), else — the runner vanished without its supervisor noticing — SIGKILL.
+ */
+export const exitOf = (report: Round.Report, delivered: ReadonlySet<number> = new Set(), lastSignal?: string): ExitInfo | undefined => {
+  const sent = new Set(delivered)
+  for (const name of report.signals) {
+    const n = signalNumber(`SIG${name}`)
+    if (n !== undefined) sent.add(n)
+  }
+  if (report.status !== undefined) return decodeStatus(sent, report.status)
+  if (report.runnerStatus !== undefined) {
+    return { exitCode: null, signal: report.runnerStatus > 128 ? (signalName(report.runnerStatus - 128) ?? "SIGKILL") : "SIGKILL" }
+  }
+  if (!report.runnerAlive && report.fail === undefined && report.pgid !== undefined) return { exitCode: null, signal: lastSignal ?? "SIGKILL" }
+  return undefined
+}
 
 /** What a report means for a process. */
 export interface Observation {
@@ -99,24 +124,24 @@ export interface Observation {
 export const observe = (process: Followed, report: Round.Report): Observation => {
   if (report.pid !== undefined) process.pid = report.pid
   if (report.pgid !== undefined) process.pgid = report.pgid
+  if (report.handle !== undefined) process.handle = report.handle
   const events: Array<ProcessEvent> = []
+  // Bytes that fell out of the machine's retention before this reader got them are counted, not lost silently.
   if (report.out.byteLength > 0) {
-    events.push({ _tag: "Stdout", data: report.out })
-    process.outOffset += report.out.byteLength
+    const skipped = Math.max(0, report.outStart - process.outOffset)
+    events.push({ _tag: "Stdout", data: report.out, skipped })
+    process.outOffset += skipped + report.out.byteLength
   }
   if (report.err.byteLength > 0) {
-    events.push({ _tag: "Stderr", data: report.err })
-    process.errOffset += report.err.byteLength
+    const skipped = Math.max(0, report.errStart - process.errOffset)
+    events.push({ _tag: "Stderr", data: report.err, skipped })
+    process.errOffset += skipped + report.err.byteLength
   }
   const active = events.length > 0
   const started = report.pgid !== undefined || report.fail !== undefined || report.status !== undefined
   const drained = process.outOffset >= report.outSize && process.errOffset >= report.errSize
   if (!process.exited && drained && started) {
-    let exit: ExitInfo | undefined
-    if (report.status !== undefined) exit = decodeStatus(process, report.status)
-    else if (report.runnerStatus !== undefined) {
-      exit = { exitCode: null, signal: report.runnerStatus > 128 ? (signalName(report.runnerStatus - 128) ?? "SIGKILL") : "SIGKILL" }
-    } else if (!report.runnerAlive && report.fail === undefined) exit = { exitCode: null, signal: process.lastSignal ?? "SIGKILL" }
+    const exit = exitOf(report, process.delivered, process.lastSignal)
     if (exit !== undefined) {
       process.exited = true
       events.push({ _tag: "Exit", exit })
@@ -131,8 +156,8 @@ export const deliver = (process: Followed, observation: Observation) =>
   Effect.sync(() => {
     if (process.ended) return
     for (const event of observation.events) {
-      if (event._tag === "Stdout") process.events.data(event.data)
-      else if (event._tag === "Stderr") process.events.stderr(event.data)
+      if (event._tag === "Stdout") process.events.data(event.data, event.skipped)
+      else if (event._tag === "Stderr") process.events.stderr(event.data, event.skipped)
       else process.events.exit(event.exit)
     }
     if (observation.end) finish(process)
@@ -147,6 +172,12 @@ export const finish = (process: Followed, exit: ExitInfo = { exitCode: null, sig
     process.events.exit(exit)
   }
   process.events.end()
+}
+
+/** The connection stops following the process (it runs on in the machine) and its stream ends. */
+export const letGo = (followed: Map<string, Followed>, process: Followed) => {
+  if (followed.get(process.dir) === process) followed.delete(process.dir)
+  finish(process)
 }
 
 /** What a process needs from its connection. */
@@ -182,7 +213,7 @@ export const handle = (process: Followed, operations: Operations): BackendProces
       for (let at = 0; at < data.byteLength; at += WRITE_CHUNK) {
         const chunk = data.subarray(at, Math.min(data.byteLength, at + WRITE_CHUNK))
         // Copied: the caller may reuse its buffer once write returns, and the round may run later.
-        yield* operations.queue({ _tag: "Write", dir: process.dir, wid: String(++process.writes), data: Uint8Array.from(chunk) }, onFailure)
+        yield* operations.queue({ _tag: "Write", dir: process.dir, wid: `${process.writer}-${++process.writes}`, data: Uint8Array.from(chunk) }, onFailure)
       }
     })
   const closeStdin = Effect.gen(function*() {
@@ -211,6 +242,9 @@ export const handle = (process: Followed, operations: Operations): BackendProces
   return {
     get pid() {
       return process.pid
+    },
+    get handle() {
+      return process.handle
     },
     pull,
     write,

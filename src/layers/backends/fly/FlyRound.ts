@@ -8,7 +8,7 @@ import * as Either from "effect/Either"
 import * as Scripts from "./FlyScripts.js"
 
 export type Op =
-  | { readonly _tag: "Start"; readonly dir: string; readonly spec: string }
+  | { readonly _tag: "Start"; readonly dir: string; readonly spec: string; readonly meta: string }
   | { readonly _tag: "Write"; readonly dir: string; readonly wid: string; readonly data: Uint8Array }
   | { readonly _tag: "Close"; readonly dir: string }
   | { readonly _tag: "Signal"; readonly dir: string; readonly signal: string }
@@ -33,6 +33,13 @@ export interface Report {
   readonly pid: number | undefined
   readonly pgid: number | undefined
   readonly fail: string | undefined
+  /** Its handle in the machine, once the round that started it allocated one. */
+  readonly handle: number | undefined
+  /** Signals any server sent it (names without SIG): a status of 128+n is then that signal. */
+  readonly signals: ReadonlyArray<string>
+  /** Where `out` and `err` start: past the offsets asked when those bytes fell out of retention. */
+  readonly outStart: number
+  readonly errStart: number
   readonly out: Buffer
   readonly err: Buffer
 }
@@ -81,7 +88,7 @@ export const opInputBytes = (op: Op): number =>
 export const encode = (
   ops: ReadonlyArray<Op>,
   reports: ReadonlyArray<ReportRequest>,
-  options: { readonly cap: number; readonly waitTicks: number }
+  options: { readonly cap: number; readonly waitTicks: number; readonly headBytes: number; readonly tailBytes: number }
 ): { readonly args: Array<string>; readonly stdin: string | undefined } => {
   const blobs: Array<string> = []
   const blob = (data: Uint8Array | string) => {
@@ -92,7 +99,7 @@ export const encode = (
   for (const op of ops) {
     switch (op._tag) {
       case "Start":
-        args.push("S", op.dir, blob(op.spec))
+        args.push("S", op.dir, blob(op.spec), blob(op.meta))
         break
       case "Write":
         args.push("W", op.dir, op.wid, blob(op.data))
@@ -110,7 +117,7 @@ export const encode = (
   }
   for (const report of reports) args.push("R", report.dir, String(report.outOffset), String(report.errOffset))
   return {
-    args: [String(options.cap), String(options.waitTicks), String(blobs.length), ...args],
+    args: [String(options.cap), String(options.waitTicks), String(options.headBytes), String(options.tailBytes), String(blobs.length), ...args],
     stdin: blobs.length === 0 ? undefined : `${blobs.join("\n")}\n`
   }
 }
@@ -126,9 +133,8 @@ const word = (text: string | undefined) => (text === undefined || text === "-" |
 export const decode = (stdout: string, opCount: number, reportCount: number): Either.Either<RoundResult, string> => {
   const lines = stdout.split("\n")
   let i = 0
-  const head = /^S ([01]) (\S+) (\S+)$/.exec(lines[i++] ?? "")
-  if (!head) return Either.left(`no supervisor line in ${JSON.stringify(stdout.slice(0, 200))}`)
-  const supervisor: Supervisor = { alive: head[1] === "1", boot: word(head[2]), version: word(head[3]) }
+  const supervisor = decodeSupervisor(lines[i++])
+  if (supervisor === undefined) return Either.left(`no supervisor line in ${JSON.stringify(stdout.slice(0, 200))}`)
   const ops: Array<string | undefined> = []
   for (let n = 0; n < opCount; n++) {
     const line = lines[i++]
@@ -138,28 +144,44 @@ export const decode = (stdout: string, opCount: number, reportCount: number): Ei
   }
   const reports: Array<Report> = []
   for (let n = 0; n < reportCount; n++) {
-    const p = /^P ([01]) ([01]) (\S+) (\S+) (\d+) (\d+) (\S+) (\S+)$/.exec(lines[i] ?? "")
-    const f = lines[i + 1]
-    const o = lines[i + 2]
-    const e = lines[i + 3]
-    if (!p || f === undefined || o === undefined || e === undefined || !/^F ?/.test(f) || !/^O ?/.test(o) || !/^E ?/.test(e)) {
+    const report = decodeReport(lines, i)
+    if (report === undefined) {
       return Either.left(`report ${n + 1} of ${reportCount} is malformed: ${JSON.stringify(lines.slice(i, i + 4).join("\n").slice(0, 200))}`)
     }
-    const failText = f.slice(2)
-    reports.push({
-      runnerAlive: p[1] === "1",
-      groupAlive: p[2] === "1",
-      status: int(p[3]),
-      runnerStatus: int(p[4]),
-      outSize: Number(p[5]),
-      errSize: Number(p[6]),
-      pid: int(p[7]),
-      pgid: int(p[8]),
-      fail: failText === "" ? undefined : Buffer.from(failText, "base64").toString("utf8"),
-      out: Buffer.from(o.slice(2), "base64"),
-      err: Buffer.from(e.slice(2), "base64")
-    })
+    reports.push(report)
     i += 4
   }
   return Either.right({ supervisor, ops, reports })
+}
+
+export const decodeSupervisor = (line: string | undefined): Supervisor | undefined => {
+  const head = /^S ([01]) (\S+) (\S+)$/.exec(line ?? "")
+  return head ? { alive: head[1] === "1", boot: word(head[2]), version: word(head[3]) } : undefined
+}
+
+/** The REPORT at `lines[i]` (four lines), or undefined when it is not one. */
+export const decodeReport = (lines: ReadonlyArray<string>, i: number): Report | undefined => {
+  const p = /^P ([01]) ([01]) (\S+) (\S+) (\d+) (\d+) (\S+) (\S+) (\S+) (\S+) (\d+) (\d+)$/.exec(lines[i] ?? "")
+  const f = lines[i + 1]
+  const o = lines[i + 2]
+  const e = lines[i + 3]
+  if (!p || f === undefined || o === undefined || e === undefined || !/^F ?/.test(f) || !/^O ?/.test(o) || !/^E ?/.test(e)) return undefined
+  const failText = f.slice(2)
+  return {
+    runnerAlive: p[1] === "1",
+    groupAlive: p[2] === "1",
+    status: int(p[3]),
+    runnerStatus: int(p[4]),
+    outSize: Number(p[5]),
+    errSize: Number(p[6]),
+    pid: int(p[7]),
+    pgid: int(p[8]),
+    fail: failText === "" ? undefined : Buffer.from(failText, "base64").toString("utf8"),
+    handle: int(p[9]),
+    signals: (word(p[10]) ?? "").split(",").filter((name) => name !== ""),
+    outStart: Number(p[11]),
+    errStart: Number(p[12]),
+    out: Buffer.from(o.slice(2), "base64"),
+    err: Buffer.from(e.slice(2), "base64")
+  }
 }

@@ -48,6 +48,8 @@ export const PROCESS_ROOT = `${STATE_ROOT}/p`
 export const SUPERVISOR_PATH = "/.kilntainers/supervisor"
 /** The round protocol the supervisor speaks; a machine running another one is refused clearly. */
 export const SUPERVISOR_VERSION = "1"
+/** Finished processes a machine keeps the records and output of (the oldest go first). */
+export const FINISHED_KEPT = 100
 
 /** Quotes a string for a POSIX shell (single quotes; `'` becomes `'\''`). */
 export const shellQuote = (value: string): string => `'${value.replace(/'/g, `'\\''`)}'`
@@ -129,14 +131,49 @@ export const PREPARE = [
 ].join("\n")
 
 /**
+ * Where a stream's retained bytes are: `<stream>.cut` holds `head end` once bytes [head, end)
+ * fell out (their blocks punched out of the file, so its offsets stay the stream's). SPAN sets
+ * `s` (where a read from `$2` starts: past what fell out) and `n` (how many, at most `$3`, before
+ * the next gap).
+ */
+const SPAN_FUNCTION = [
+  `span() {`,
+  `  s=$2; n=$3; hc=; cc=`,
+  `  read -r hc cc < "$1.cut" 2>/dev/null`,
+  `  if [ -n "$cc" ]; then`,
+  `    if [ "$s" -ge "$hc" ] && [ "$s" -lt "$cc" ]; then s=$cc`,
+  `    elif [ "$s" -lt "$hc" ] && [ $((hc - s)) -lt "$n" ]; then n=$((hc - s)); fi`,
+  `  fi`,
+  `}`
+].join("\n")
+
+/**
+ * TRIM a stream to its first `$2` and last `$3` bytes: the cut is recorded before the blocks go,
+ * so a read never takes a punched block for output. Without hole punching (a filesystem that
+ * cannot) the stream is kept whole.
+ */
+const TRIM_FUNCTION = [
+  `trim() {`,
+  `  z=$(wc -c < "$1" 2>/dev/null) || return 0`,
+  `  [ "$z" -gt $(($2 + $3)) ] || return 0`,
+  `  c=$2; read -r _h c < "$1.cut" 2>/dev/null`,
+  `  e=$((z - $3)); [ "$e" -gt "$c" ] || return 0`,
+  `  fallocate --punch-hole --offset "$c" --length $((e - c)) "$1" 2>/dev/null || { [ -f "$1.cut" ] || return 0; }`,
+  `  echo "$2 $e" > "$1.cut.t" && mv "$1.cut.t" "$1.cut"`,
+  `}`
+].join("\n")
+
+/**
  * REPORT of one process: args dir stdoutOffset stderrOffset cap. Lines:
  *   P <runner alive 0|1> <group alive 0|1> <exit|-> <runner status|-> <out size> <err size> <pid|-> <pgid|->
+ *     <handle|-> <signals sent, comma-separated|-> <where O starts> <where E starts>
  *   F <fail message, base64>   (empty when none)
  *   O <new stdout, base64>
  *   E <new stderr, base64>
  * `exit` is read before the sizes, so output up to the sizes includes everything the process wrote itself.
  */
 const REPORT_FUNCTION = [
+  SPAN_FUNCTION,
   `report() {`,
   `  d=$1; oo=$2; eo=$3; cap=$4`,
   `  p=$(cat "$d/pgid" 2>/dev/null); a=0; g=0`,
@@ -150,33 +187,38 @@ const REPORT_FUNCTION = [
   `  done; fi`,
   `  so=$(wc -c < "$d/out" 2>/dev/null) || so=0`,
   `  se=$(wc -c < "$d/err" 2>/dev/null) || se=0`,
-  `  c=$(cat "$d/cpid" 2>/dev/null)`,
-  `  echo "P $a $g \${x:--} \${r:--} $so $se \${c:--} \${p:--}"`,
+  `  c=$(cat "$d/cpid" 2>/dev/null); k=$(cat "$d/handle" 2>/dev/null); v=$(tr '\\n' , < "$d/sig" 2>/dev/null)`,
+  `  span "$d/out" "$oo" "$cap"; os=$s; on=$n; span "$d/err" "$eo" "$cap"; es=$s; en=$n`,
+  `  echo "P $a $g \${x:--} \${r:--} $so $se \${c:--} \${p:--} \${k:--} \${v:--} $os $es"`,
   `  printf 'F '; [ -f "$d/fail" ] && base64 < "$d/fail" | tr -d '\\n'; echo`,
-  `  printf 'O '; tail -c +$((oo + 1)) "$d/out" 2>/dev/null | head -c "$cap" | base64 | tr -d '\\n'; echo`,
-  `  printf 'E '; tail -c +$((eo + 1)) "$d/err" 2>/dev/null | head -c "$cap" | base64 | tr -d '\\n'; echo`,
+  `  printf 'O '; [ "$on" -gt 0 ] && tail -c +$((os + 1)) "$d/out" 2>/dev/null | head -c "$on" | base64 | tr -d '\\n'; echo`,
+  `  printf 'E '; [ "$en" -gt 0 ] && tail -c +$((es + 1)) "$d/err" 2>/dev/null | head -c "$en" | base64 | tr -d '\\n'; echo`,
   `}`
 ].join("\n")
 
 /**
- * ROUND: args cap waitTicks nBlobs op…; stdin = one base64 line per blob (start specs and stdin
+ * ROUND: args cap waitTicks headBytes tailBytes nBlobs op…; stdin = one base64 line per blob (start specs and stdin
  * data), read only when nBlobs > 0. Ops (one answer each, in order, after a first line
  * `S <supervisor alive 0|1> <boot|-> <version|->`):
- *   S dir blob        start: the blob is the `argv` file; the supervisor starts the runner
+ *   S dir blob meta   start: the blob is the `argv` file, meta its record (command, cwd); the
+ *                     round allocates its handle (the next free `p/.n/<handle>`, in the machine,
+ *                     so every server names it alike) and the supervisor starts the runner
  *   W dir wid blob    append the blob to stdin, once per write id
  *   C dir             close stdin (after what was written)
- *   K dir SIG         signal the process group
+ *   K dir SIG         signal the process group (recorded in `sig`: every server decodes its status alike)
  *   X dir             SIGKILL what is left of the group and remove the directory
  *   R dir out err     a REPORT
  * Answers: `A` (done) or `A <message, base64>` (failed) for S W C K X, a REPORT for R. Before the
  * reports, the round waits up to 10 s for each started process to start (or fail), then up to
  * waitTicks × 10 ms for the processes it started, closed or signalled to end and those it wrote
- * to to answer: a short command, stdin with EOF, a kill or an echo costs one round.
+ * to to answer: a short command, stdin with EOF, a kill or an echo costs one round. Once a second a round trims every stream to its first
+ * headBytes and last tailBytes (TRIM), and past FINISHED_KEPT finished processes drops the oldest.
  */
 export const ROUND = [
   ALIVE_FUNCTION,
   REPORT_FUNCTION,
-  `R=${STATE_ROOT}; cap=$1; w=$2; b=$3; shift 3`,
+  TRIM_FUNCTION,
+  `R=${STATE_ROOT}; cap=$1; w=$2; kh=$3; kt=$4; b=$5; shift 5`,
   `t=$R/round.$$; [ "$b" -gt 0 ] && { cat > "$t" || { echo "cannot read the round's input" >&2; exit 3; }; }`,
   `blob() { sed -n "$1p" "$t"; }`,
   `ok() { echo A; }`,
@@ -184,6 +226,19 @@ export const ROUND = [
   `u=0; alive && u=1`,
   `echo "S $u $boot $version"`,
   `started=; settle=; watch=`,
+  // The next free handle of this boot (a symlink is made once: two rounds at once never share one).
+  `handle() {`,
+  `  mkdir -p "$R/p/.n" || return 1; n=$(cat "$R/p/.next" 2>/dev/null); n=$((\${n:-0} + 1)); j=0`,
+  `  until ln -s "$1" "$R/p/.n/$n" 2>/dev/null; do [ -L "$R/p/.n/$n" ] && [ $j -lt 100000 ] || return 1; n=$((n + 1)); j=$((j + 1)); done`,
+  `  echo $n > "$R/p/.next.$$" && mv "$R/p/.next.$$" "$R/p/.next" && echo $n > "$1/handle"`,
+  `}`,
+  `if [ "$kh" -gt 0 ] && [ "$(date +%s)" != "$(cat "$R/p/.trim" 2>/dev/null)" ]; then`,
+  `  date +%s > "$R/p/.trim"`,
+  `  for d in "$R"/p/*/; do d=\${d%/}; [ -e "$d/trimmed" ] && continue; f=0; { [ -e "$d/rstatus" ] || [ -e "$d/fail" ]; } && f=1`,
+  `    trim "$d/out" "$kh" "$kt"; trim "$d/err" "$kh" "$kt"; [ $f = 1 ] && : > "$d/trimmed"; done`,
+  `  ls -1dt "$R"/p/*/rstatus 2>/dev/null | tail -n +${FINISHED_KEPT + 1} | while read -r f; do`,
+  `    d=\${f%/*}; k=$(cat "$d/handle" 2>/dev/null); [ -n "$k" ] && rm -f "$R/p/.n/$k"; rm -rf -- "$d"; done`,
+  `fi`,
   `size() { echo $(( $(wc -c < "$1/out" 2>/dev/null || echo 0) + $(wc -c < "$1/err" 2>/dev/null || echo 0) )); }`,
   `while [ $# -gt 0 ]; do`,
   `  o=$1; d=$2`,
@@ -192,9 +247,10 @@ export const ROUND = [
   `  S) if [ $u = 0 ]; then no "the kilntainers supervisor is not running in this machine"`,
   `     elif mkdir "$d" 2>/dev/null; then`,
   `       : > "$d/in"; : > "$d/out"; : > "$d/err"`,
-  `       blob "$3" | base64 -d > "$d/argv" && echo "$d" 1<>"$R/ctl" && started="$started $d" && settle="$settle $d" && ok || no "cannot queue the process"`,
+  `       blob "$4" | base64 -d > "$d/meta"; date +%s%3N > "$d/t0"`,
+  `       if handle "$d" && blob "$3" | base64 -d > "$d/argv" && echo "$d" 1<>"$R/ctl"; then started="$started $d"; settle="$settle $d"; ok; else no "cannot queue the process"; fi`,
   `     elif [ -d "$d" ]; then ok; else no "cannot create $d"; fi`,
-  `     shift 3 ;;`,
+  `     shift 4 ;;`,
   `  W) if [ "$(cat "$d/wid" 2>/dev/null)" = "$3" ]; then ok`,
   `     elif [ -f "$d/in" ]; then watch="$watch $d:$(size "$d")"; blob "$4" | base64 -d >> "$d/in" && echo "$3" > "$d/wid" && ok || no "cannot append to stdin"`,
   `     else no "the process's stdin file is gone"; fi`,
@@ -202,11 +258,12 @@ export const ROUND = [
   `  C) h=$(cat "$d/holder" 2>/dev/null) && kill -9 "$h" 2>/dev/null; settle="$settle $d"; ok; shift 2 ;;`,
   `  K) p=$(cat "$d/pgid" 2>/dev/null)`,
   `     if [ -z "$p" ]; then no "the process has not started"`,
-  `     elif kill -s "$3" -- "-$p" 2>/dev/null || ! kill -s 0 -- "-$p" 2>/dev/null; then settle="$settle $d"; ok`,
+  `     elif echo "$3" >> "$d/sig" && kill -s "$3" -- "-$p" 2>/dev/null || ! kill -s 0 -- "-$p" 2>/dev/null; then settle="$settle $d"; ok`,
   `     else no "cannot deliver SIG$3 to process group $p"; fi`,
   `     shift 3 ;;`,
   `  X) p=$(cat "$d/pgid" 2>/dev/null); [ -n "$p" ] && kill -s KILL -- "-$p" 2>/dev/null`,
   `     h=$(cat "$d/holder" 2>/dev/null); [ -n "$h" ] && kill -9 "$h" 2>/dev/null`,
+  `     k=$(cat "$d/handle" 2>/dev/null); [ -n "$k" ] && rm -f "$R/p/.n/$k"`,
   `     rm -rf -- "$d"; ok; shift 2 ;;`,
   `  R) break ;;`,
   `  *) no "unknown operation $o"; shift 2 ;;`,
@@ -222,3 +279,48 @@ export const ROUND = [
   `while [ $# -ge 4 ] && [ "$1" = R ]; do report "$2" "$3" "$4" "$cap"; shift 4; done`,
   `rm -f "$t"`
 ].join("\n")
+
+/** Sets `d` to the directory of handle `$1` in this boot, or fails with a sentence. */
+const WHERE_FUNCTION = [
+  `where() {`,
+  `  case $1 in *[!0-9]*|'') echo "not a process handle: $1" >&2; exit 3 ;; esac`,
+  `  d=$(readlink "${PROCESS_ROOT}/.n/$1" 2>/dev/null) && [ -d "$d" ] || { echo "process p$1 is not in this computer (it ended long ago, or the computer restarted)" >&2; exit 4; }`,
+  `}`
+].join("\n")
+
+/**
+ * LIST: every process of this boot with a handle, after the `S` line of a round. Per process:
+ *   H <handle> <dir>
+ *   M <meta, base64>   (its record: command and cwd, as the starting server wrote it)
+ *   N <note, base64>   (why it ends, as a server noted it)
+ *   T <started ms|-> <ended ms|->   (the machine's clock; ended: when the runner recorded it)
+ *   and a REPORT with no output (its sizes, status, signals).
+ */
+export const LIST = [
+  ALIVE_FUNCTION,
+  REPORT_FUNCTION,
+  `u=0; alive && u=1; echo "S $u $boot $version"`,
+  // Files a process in the machine could have written by hand are checked, so one bad record cannot hide the others.
+  `for d in ${PROCESS_ROOT}/*/; do d=\${d%/}; k=$(cat "$d/handle" 2>/dev/null)`,
+  `  case $k in ''|*[!0-9]*) continue ;; esac; case $d in *[!A-Za-z0-9/._-]*) continue ;; esac`,
+  `  echo "H $k $d"`,
+  `  printf 'M '; base64 < "$d/meta" 2>/dev/null | tr -d '\\n'; echo`,
+  `  printf 'N '; [ -f "$d/note" ] && base64 < "$d/note" | tr -d '\\n'; echo`,
+  `  e=-; for f in exit rstatus fail; do [ -e "$d/$f" ] && { e=$(date -r "$d/$f" +%s%3N); break; }; done`,
+  `  t=$(cat "$d/t0" 2>/dev/null); case $t$e in *[!0-9-]*|'') t=-; e=- ;; esac; echo "T \${t:--} $e"`,
+  `  report "$d" 0 0 0`,
+  `done`
+].join("\n")
+
+/** READ: args handle stream from most. `R <start> <total>`, then the bytes, base64, on one line. */
+export const READ = [
+  WHERE_FUNCTION,
+  SPAN_FUNCTION,
+  `where "$1"; case $2 in out|err) ;; *) echo "not a stream: $2" >&2; exit 3 ;; esac`,
+  `f=$d/$2; z=$(wc -c < "$f") || exit 4`,
+  `span "$f" "$3" "$4"; [ "$s" -gt "$z" ] && s=$z`,
+  `echo "R $s $z"; [ "$n" -gt 0 ] && tail -c +$((s + 1)) "$f" | head -c "$n" | base64 | tr -d '\\n'; echo`
+].join("\n")
+
+/** NOTE: args handle text. Records why the process ends, for every server that lists it. */
+export const NOTE = [WHERE_FUNCTION, `where "$1"; printf '%s' "$2" > "$d/note.t" && mv "$d/note.t" "$d/note"`].join("\n")

@@ -1,15 +1,17 @@
 /**
- * Meeting the supervisor of a machine (FlyScripts.ts): the home directory exists and the
- * supervisor runs; which boot of the machine it is (a later round that sees another boot knows the
- * machine restarted without us) and whether it had to be started from an exec (a machine made by
- * an older kilntainers, whose main process is not the supervisor).
+ * Talking to the supervisor of a machine (FlyScripts.ts). Meeting it: the home directory exists
+ * and the supervisor runs; which boot of the machine it is (a later round that sees another boot
+ * knows the machine restarted without us) and whether it had to be started from an exec (a machine
+ * made by an older kilntainers, whose main process is not the supervisor). And one ROUND exec.
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Schedule from "effect/Schedule"
 import type { ProviderError } from "../../../domain/Errors.js"
 import type { FlyApi } from "./FlyApi.js"
 import { flyError, toProviderError } from "./FlyError.js"
+import * as Round from "./FlyRound.js"
 import * as Scripts from "./FlyScripts.js"
 
 export interface Prepared {
@@ -61,4 +63,28 @@ export const prepare = (options: {
       )
     }
     return { boot: said[2]!, legacy }
+  })
+
+/** One ROUND exec (FlyRound.ts): its ops and reports, sent and decoded. `taken`: the caller took its exec token. */
+export const round = (
+  target: { readonly api: FlyApi; readonly machineId: string; readonly tuning: { readonly execTimeoutSeconds: number } },
+  ops: ReadonlyArray<Round.Op>,
+  reports: ReadonlyArray<Round.ReportRequest>,
+  options: Parameters<typeof Round.encode>[2],
+  taken: boolean
+): Effect.Effect<Round.RoundResult, ProviderError> =>
+  Effect.gen(function*() {
+    const { args, stdin } = Round.encode(ops, reports, options)
+    const answer = yield* target.api.exec(target.machineId, ["/bin/sh", "-c", Scripts.ROUND, "kt", ...args], {
+      timeoutSeconds: target.tuning.execTimeoutSeconds,
+      stdin,
+      taken
+    }).pipe(Effect.mapError((error) => toProviderError(error)))
+    const operation = `follow the processes of machine ${target.machineId}`
+    if (answer.exit_code !== 0) {
+      return yield* flyError(operation, "Failed", `a round failed: ${(answer.stderr ?? "").trim() || `exit code ${answer.exit_code}`}`)
+    }
+    const decoded = Round.decode(answer.stdout ?? "", ops.length, reports.length)
+    if (Either.isLeft(decoded)) return yield* flyError(operation, "Protocol", `unexpected answer: ${decoded.left}`)
+    return decoded.right
   })

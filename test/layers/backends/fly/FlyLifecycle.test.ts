@@ -52,9 +52,12 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("Fly mac
           assert.deepInclude(listed, { computer_id: "keeper", temporary: false, sandbox_id: permanent, image: FlyBackend.DEFAULT_IMAGE, backend: "fly" })
           const read = yield* processes.exec("other", { command: "cat note", computer_id: "keeper" })
           assert.strictEqual(read.stdout, "kept\n")
-          // The first server cleaned up after its processes when it let go of the machine: only this one's own directory is left.
-          const left = yield* processes.exec("other", { command: "ls /tmp/.kt/p | wc -l", computer_id: "keeper" })
-          assert.strictEqual(left.stdout.trim(), "1")
+          // The machine holds its processes: the first server's finished one is listed here, ended, under its handle.
+          const earlier = (yield* processes.list("other", { computer_id: "keeper", status: "all" })).processes
+            .find((one) => one.command.includes("echo kept > note"))
+          assert.isDefined(earlier, "the first server's process is the machine's record")
+          assert.deepInclude(earlier, { pid: "p1", exitCode: 0 })
+          assert.notStrictEqual(earlier!.status, "running")
           assert.strictEqual(machineOf("keeper")?.id, permanent, "the same machine, not a new one")
           yield* computers.delete("other", "keeper")
         }))
