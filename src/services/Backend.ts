@@ -46,7 +46,7 @@ export const survivalOf = (capabilities: Capabilities, backend: string): string 
   !capabilities.persistence
     ? "Nothing: every computer ends with this server."
     : capabilities.heldProcesses
-    ? "A permanent computer keeps its files, and its processes run on in it after this server ends (a later server does not list them yet); a temporary one ends with its session."
+    ? "A permanent computer keeps its files, and its processes and their output run on in it after this server ends, and any later server lists and follows them; a temporary one ends with its session."
     : backend === "toolset" || backend === "wasm"
     ? "A permanent computer keeps its files as saved after each process ends (in the state directory); its processes and their output end with this server."
     : "A permanent computer keeps its files; its processes and their output end with this server."

@@ -3,16 +3,19 @@ import { capabilities as docker } from "../../src/layers/backends/docker/DockerB
 import { capabilities as e2b } from "../../src/layers/backends/e2b/E2BBackend.js"
 import { capabilities as fly } from "../../src/layers/backends/fly/FlyBackend.js"
 import { capabilities as host } from "../../src/layers/backends/host/HostBackend.js"
+import { capabilities as kubernetes } from "../../src/layers/backends/kubernetes/KubernetesBackend.js"
 import { capabilities as modal } from "../../src/layers/backends/modal/ModalBackend.js"
 import { moduleCapabilities, toolsetCapabilities } from "../../src/layers/backends/wasm/WasmBackend.js"
 import { capabilitiesWithout, survivalOf } from "../../src/services/Backend.js"
 
 describe("what computer_list says outlives the server (serverExit)", () => {
-  it("host and Docker: a permanent computer's processes run on; that a later server does not list them yet is said", () => {
-    for (const capabilities of [host, docker]) {
-      const said = survivalOf(capabilities, "host")
-      assert.match(said, /processes run on in it after this server ends/)
-      assert.match(said, /does not list them yet/)
+  it("every backend whose computers hold their processes: they run on, and any later server lists and follows them", () => {
+    for (const [capabilities, name] of [[host, "host"], [docker, "docker"], [fly, "fly"], [e2b, "e2b"], [modal, "modal"], [kubernetes, "kubernetes"]] as const) {
+      assert.isTrue(capabilities.heldProcesses, name)
+      assert.strictEqual(
+        survivalOf(capabilities, name),
+        "A permanent computer keeps its files, and its processes and their output run on in it after this server ends, and any later server lists and follows them; a temporary one ends with its session."
+      )
     }
   })
 
@@ -24,10 +27,11 @@ describe("what computer_list says outlives the server (serverExit)", () => {
     assert.strictEqual(survivalOf(moduleCapabilities, "wasm"), survivalOf(toolsetCapabilities, "toolset"))
   })
 
-  it("the clouds: files kept, processes end with the server", () => {
-    for (const [capabilities, name] of [[fly, "fly"], [e2b, "e2b"], [modal, "modal"]] as const) {
-      assert.strictEqual(survivalOf(capabilities, name), "A permanent computer keeps its files; its processes and their output end with this server.")
-    }
+  it("a backend with permanent computers that do not hold their processes: files kept, processes end with the server", () => {
+    assert.strictEqual(
+      survivalOf(capabilitiesWithout({ heldProcesses: false }), "x"),
+      "A permanent computer keeps its files; its processes and their output end with this server."
+    )
   })
 
   it("a backend without permanent computers says nothing survives", () => {
