@@ -6,7 +6,7 @@
  * (the computer holds them: any replica follows one another started), and the tasks of long calls
  * on them (the task id carries its process: any replica answers it, the one that made it killed or
  * not). What a replica keeps for itself — a session's temporary computers — needs that replica;
- * see the README's "Replicas".
+ * see the README's "Protocol eras".
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client"
 import { randomBytes } from "node:crypto"
@@ -138,7 +138,7 @@ describeIf(dockerWorks && nginxWorks && existsSync(binPath), `${requirement()}, 
       assert.isFalse(deleted.isError, deleted.text)
     }
     // The replica that deleted it lists it no more; the others, which had it attached, see the engine
-    // remove it and show it as lost (a call there would make it again: see the README's "Replicas").
+    // remove it and show it as lost (a call there would make it again: see the README's "Protocol eras").
     for (const replica of replicas.replicas) {
       const direct = await modernClient(replica.url)
       const states = async () => {
