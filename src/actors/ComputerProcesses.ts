@@ -175,13 +175,17 @@ export const make = (options: {
         return yield* Deferred.await(started)
       })
 
+    /** The computer's record of its process `pN`, read on demand. */
+    const recordOf = (held: HeldProcesses, processId: string) =>
+      Effect.map(held.list, (records) => records.find((record) => `p${record.handle}` === processId))
+
     /** Why a process ends, as the computer records it for every server. */
     const recordedWhy = (held: HeldProcesses, handle: number) => ({
       tell: (text: string) => held.note(handle, text),
-      ask: Effect.map(held.list, (records) => {
-        const note = records.find((record) => record.handle === handle)?.note
-        return note === undefined || note === "" ? undefined : note
-      }).pipe(Effect.orElseSucceed(() => undefined))
+      ask: recordOf(held, `p${handle}`).pipe(
+        Effect.map((record) => (record === undefined || record.note === "" ? undefined : record.note)),
+        Effect.orElseSucceed(() => undefined)
+      )
     })
 
     const replayed = (actor: ProcessActor.ProcessActor, bytes: number) =>
@@ -259,9 +263,7 @@ export const make = (options: {
     }
 
     const heldRecord = (target: Connection, processId: string) =>
-      target.held === undefined
-        ? Effect.succeed(undefined)
-        : Effect.map(target.held.list, (records) => records.find((record) => `p${record.handle}` === processId))
+      target.held === undefined ? Effect.succeed(undefined) : recordOf(target.held, processId)
 
     return { spawn, endAll, release, lost, running, follow, heldRecord }
   })

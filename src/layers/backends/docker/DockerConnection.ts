@@ -21,7 +21,8 @@ import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
-import { asProviderError, type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import type { SpawnFailed } from "../../../domain/Errors.js";
+import { type ProviderError } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
 import type { ComputerEgress } from "../../egress/Egress.js"
 import type * as AgentClient from "../agent/AgentClient.js"
@@ -206,9 +207,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
           return Effect.fail(engine.fail("start the process", "NotFound", `computer ${instance.metadata.id} is gone: ${gone}`))
         }
         if (Option.isNone(agent)) return DockerExec.spawn(host, spec)
-        return AgentProcesses.spawn(engine.name, agent.value, spec).pipe(
-          Effect.mapError((error) => error instanceof SpawnFailed ? error : asProviderError(engine.name, "start the process")(error))
-        )
+        return AgentProcesses.spawn(engine.name, agent.value, spec)
       })
     return {
       home: HOME,

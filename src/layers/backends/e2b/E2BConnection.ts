@@ -23,7 +23,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import { asProviderError, type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import { type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
 import * as E2BAgent from "./E2BAgent.js"
@@ -176,9 +176,7 @@ export const connect = (options: ConnectOptions) => (target: Instance): Effect.E
         ? envdSpawn(spec)
         : Effect.gen(function*() {
           if (yield* gone) return yield* e2bError("start the process", "NotFound", `sandbox ${id} is gone`)
-          return yield* AgentProcesses.spawn(BACKEND, agent.value, { ...spec, env: { ...env, ...spec.env } }).pipe(
-            Effect.mapError((error) => (error instanceof SpawnFailed ? error : asProviderError(BACKEND, "start the process")(error)))
-          )
+          return yield* AgentProcesses.spawn(BACKEND, agent.value, { ...spec, env: { ...env, ...spec.env } })
         })
 
     const connection: Connection = {

@@ -17,7 +17,8 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import { asProviderError, type ProviderError, SpawnFailed } from "../../../domain/Errors.js"
+import type { SpawnFailed } from "../../../domain/Errors.js";
+import { type ProviderError } from "../../../domain/Errors.js"
 import type { BackendProcess, Connection, Instance, SpawnSpec } from "../../../services/Backend.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
@@ -90,9 +91,7 @@ export const connect = (context: ConnectionContext) => (instance: Instance): Eff
       Effect.suspend(() =>
         gone !== undefined
           ? Effect.fail(kubeError("start the process", "NotFound", `computer ${instance.metadata.id} is gone: ${gone}`))
-          : AgentProcesses.spawn(BACKEND, client, spec).pipe(
-            Effect.mapError((error) => (error instanceof SpawnFailed ? error : asProviderError(BACKEND, "start the process")(error)))
-          )
+          : AgentProcesses.spawn(BACKEND, client, spec)
       )
     return {
       home: HOME,

@@ -20,7 +20,8 @@ import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { asProviderError, InvalidInput, type ProviderError, SpawnFailed, Unsupported } from "../../../domain/Errors.js"
+import type { SpawnFailed} from "../../../domain/Errors.js";
+import { InvalidInput, type ProviderError, Unsupported } from "../../../domain/Errors.js"
 import { type BackendProcess, checkSpec, type Connection, type Instance, type SpawnSpec, throughEnv } from "../../../services/Backend.js"
 import * as AgentProcesses from "../agent/AgentProcesses.js"
 import type * as NativeBinaries from "../agent/NativeBinaries.js"
@@ -149,10 +150,7 @@ export const connect = (options: {
     const spawn = (spec: SpawnSpec): Effect.Effect<BackendProcess, SpawnFailed | ProviderError, Scope.Scope> =>
       gone
         ? modalError("start the process", "NotFound", "the sandbox has ended")
-        : AgentProcesses.spawn(BACKEND, client, spec).pipe(
-          Effect.map((process) => untilLoss(process, known)),
-          Effect.mapError((error) => (error instanceof SpawnFailed ? error : asProviderError(BACKEND, "start the process")(error)))
-        )
+        : Effect.map(AgentProcesses.spawn(BACKEND, client, spec), (process) => untilLoss(process, known))
     const held = AgentProcesses.held(BACKEND, client)
     return {
       home: HOME,
