@@ -28,7 +28,7 @@ import * as Launch from "./processes/Launch.js"
 import { listing } from "./processes/Listing.js"
 import * as ProcessAudit from "./processes/ProcessAudit.js"
 import * as ProcessTable from "./processes/ProcessTable.js"
-import { outputFields, stateOf, withoutRunning } from "./processes/Output.js"
+import { KILL_OUTPUT_BYTES, outputFields, shownCursors, stateOf } from "./processes/Output.js"
 import {
   callBudget,
   matchOutput,
@@ -80,12 +80,24 @@ export const layer = Layer.scoped(
         hold === undefined ? Effect.succeed(undefined) : Effect.map(Clock.currentTimeMillis, (now) => holdNote(hold, now)))
 
     const budgetOf = (maxBytes: number | undefined) => maxBytes ?? settings.inlineBytes
+    const shown = shownCursors()
+    const yieldOf = (process: ProcessHandle, yieldMs: number | undefined) =>
+      Math.min(yieldMs ?? (process.tty ? Math.max(settings.stdinYieldMs, TTY_YIELD_MS) : settings.stdinYieldMs), settings.maxCallMs)
+    /** spawn's `input`: typed now; what kept it from the process, if anything. */
+    const typeInto = (process: ProcessHandle, bytes: Uint8Array) =>
+      process.write(bytes).pipe(
+        Effect.as(undefined),
+        Effect.catchAll((error) => Effect.succeed(`input not written: ${error.message}`))
+      )
 
     const spawn = (session: string, input: SpawnInput, progress?: ProgressReporter) =>
       Effect.gen(function*() {
         const matcher = input.pattern
         if (input.tty && !backend.capabilities.pty) {
           return yield* new Unsupported({ backend: backend.name, feature: "terminals (tty: true)" })
+        }
+        if (input.input !== undefined && !backend.capabilities.stdin) {
+          return yield* new Unsupported({ backend: backend.name, feature: "input to a running process (spawn's input)" })
         }
         const computer = yield* computers.resolve(session, input)
         const began = yield* Clock.currentTimeMillis
@@ -99,6 +111,9 @@ export const layer = Layer.scoped(
         let match: string | undefined
         let note: string | undefined
         let budgetMs = 0
+        // Typed at start, unless it waits for a pattern: then once it matched and the screen settled.
+        const typeAfterMatch = input.input !== undefined && matcher !== undefined && !input.background
+        let typed: string | undefined = input.input === undefined || typeAfterMatch ? undefined : yield* typeInto(process, input.input)
         if (!input.background) {
           const budget = callBudget(settings, input.timeoutMs ?? settings.spawnTimeoutMs, progress)
           note = budget.note
@@ -120,6 +135,15 @@ export const layer = Layer.scoped(
             (ms) => `process ${process.id} running for ${Math.round(ms / 1000)} s`
           )
           yield* screenSettled(process, budget.ms - ((yield* Clock.currentTimeMillis) - began))
+          if (typeAfterMatch) {
+            if (match === undefined) typed = "input not written: the pattern was not seen"
+            else {
+              const since = yield* Clock.currentTimeMillis
+              typed = yield* typeInto(process, input.input!)
+              const left = budget.ms - (since - began)
+              if (typed === undefined && left > 0) yield* settle(process, since, Math.min(yieldOf(process, undefined), left))
+            }
+          }
         }
         const info = yield* process.info
         const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: budgetOf(input.maxBytes) })
@@ -127,13 +151,14 @@ export const layer = Layer.scoped(
         const unmatched = info.status === "running" && match === undefined
         return {
           ...stateOf(info),
-          ...withoutRunning(output),
+          ...shown.note(process, output),
           ...(yield* news(session, input.computer_id, computer.id)),
           ...(match === undefined ? {} : { match }),
           ...EgressRefusals.field(yield* refused(computer.id, began)),
           ...notesOf([
             unmatched ? note : undefined,
             unmatched && matcher !== undefined && !input.background ? patternNotSeen(process.id, budgetMs, input.tty === true) : undefined,
+            typed,
             yield* computer.warning
           ])
         }
@@ -193,15 +218,14 @@ export const layer = Layer.scoped(
         if (bytes.length > 0) yield* process.write(bytes)
         if (input.eof) yield* process.closeStdin
         // A terminal's answer takes longer to settle (TTY_SETTLE_MS): its default wait is longer too.
-        const yieldMs = input.yieldMs ?? (process.tty ? Math.max(settings.stdinYieldMs, TTY_YIELD_MS) : settings.stdinYieldMs)
-        yield* settle(process, since, Math.min(yieldMs, settings.maxCallMs))
+        yield* settle(process, since, yieldOf(process, input.yieldMs))
         const info = yield* process.info
         const output = yield* outputFields(process, {
           stdoutCursor: cursors.stdout,
           stderrCursor: cursors.stderr,
           budget: budgetOf(input.maxBytes)
         })
-        return { ...stateOf(info), bytes: bytes.length, ...(input.eof ? { eof: true as const } : {}), ...withoutRunning(output) }
+        return { ...stateOf(info), bytes: bytes.length, ...(input.eof ? { eof: true as const } : {}), ...shown.note(process, output) }
       })
 
     const read = (session: string, input: ReadInput) =>
@@ -219,7 +243,7 @@ export const layer = Layer.scoped(
         // What it was refused since it started: a read is how an agent looks back at a process.
         return {
           ...stateOf(info),
-          ...withoutRunning(output),
+          ...shown.note(process, output),
           ...EgressRefusals.field(yield* refused(info.computer_id, Date.parse(info.createdAt))),
           ...notesOf([yield* heldNote(process)])
         }
@@ -239,8 +263,16 @@ export const layer = Layer.scoped(
         yield* process.exited.pipe(Effect.timeout(Duration.seconds(2)), Effect.ignore)
         const info = yield* process.info
         const { reason, ...state } = stateOf(info)
+        // What it wrote that no result showed (a server's last log lines), its end within a small budget.
+        const from = shown.from(process)
+        const { next, omitted, screen: _screen, ...unseen } = process.tty
+          ? { stdout: "", stderr: "" }
+          : shown.note(process, yield* outputFields(process, { stdoutCursor: from.stdout, stderrCursor: from.stderr, budget: KILL_OUTPUT_BYTES }))
         return {
           ...state,
+          ...(unseen.stdout === "" ? {} : { stdout: unseen.stdout }),
+          ...(unseen.stderr === "" ? {} : { stderr: unseen.stderr }),
+          ...(omitted === undefined ? {} : { omitted, ...(next === undefined ? {} : { next }) }),
           // Ended by this very signal: the reason would only repeat it.
           ...(reason === undefined || reason === killReason(name) ? {} : { reason }),
           sent: name,
@@ -285,7 +317,7 @@ export const layer = Layer.scoped(
           outcome: outcome.reason,
           ...(outcome.match !== undefined ? { match: outcome.match } : {}),
           waitedMs: now - began,
-          ...withoutRunning(output),
+          ...shown.note(process, output),
           ...EgressRefusals.field(yield* refused(info.computer_id, began)),
           ...notesOf([
             outcome.reason === "timeout" ? budget.note : undefined,

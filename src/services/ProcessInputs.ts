@@ -110,6 +110,8 @@ export const SpawnInput = Schema.Struct({
   timeoutMs: Schema.optional(Int(0)),
   /** Return as soon as the output matches this pattern (a "ready" line). */
   pattern: Schema.optional(PatternSource),
+  /** Keys to type (stdin's escapes) once it starts, or once `pattern` matched: a session in one call. */
+  input: Schema.optional(StdinText),
   cols: Schema.optional(Int(2, 1000)),
   rows: Schema.optional(Int(2, 1000)),
   maxBytes: MaxBytes,

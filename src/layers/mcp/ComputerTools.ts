@@ -78,7 +78,7 @@ export const make = () => [
   }),
   Tool.make({
     name: "computer_list",
-    description: "List computers (in use, and permanent ones); audit=true: their last 20 audit entries.",
+    description: "List computers in use and permanent ones; audit=true: their last 20 audit entries.",
     input: Schema.Struct({ audit: Schema.optional(Schema.Boolean) }),
     output: Inventory,
     annotations: Tool.annotations("List computers", true, false, true),
@@ -154,8 +154,8 @@ export const make = () => [
   }),
   Tool.make({
     name: "file_write",
-    description: "Write a file (relative: from the working directory; directories made): utf8, or base64 with " +
-      "encoding=base64; append=true appends; mode e.g. 755.",
+    description: "Write a file (relative: from the working directory; directories made): utf8, or base64 " +
+      "(encoding); append=true appends; mode e.g. 755.",
     input: Schema.Struct({
       path: Schema.String,
       content: Schema.String,

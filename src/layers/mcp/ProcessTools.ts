@@ -17,6 +17,7 @@ import { ProcessInfo, ProcessStatus } from "../../domain/Process.js"
 import { ExecInput, KillInput, ListFilter, ReadInput, SpawnInput, StdinInput, WaitInput } from "../../services/ProcessInputs.js"
 import { Processes, type ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
+import { KILL_OUTPUT_BYTES } from "../processes/Output.js"
 import { TTY_YIELD_MS } from "../processes/Waiting.js"
 import * as Tool from "./Tool.js"
 
@@ -26,8 +27,8 @@ const Text = (description: string) => described(Schema.String, description)
 
 /** Where a process starts: said once, on the two tools that start one. */
 const computerText = {
-  computer_id: "Omit: this session's computer",
-  temporary: "false: keep it after this session"
+  computer_id: "Omit: the session's",
+  temporary: "false: keep it past the session"
 }
 const Pid = Text("The process handle that spawn returned (ps lists them)")
 /** A tool's one service call: a Processes method with the calling session (and, for those that wait, its progress). */
@@ -89,9 +90,10 @@ export const make = (settings: SettingsShape) => [
   Tool.make({
     name: "spawn",
     description: `Start a command (${settings.shell} -c). Returns when it exits, its output matches pattern (RE2) or ` +
-      `timeoutMs passes (default ${settings.spawnTimeoutMs}); it runs on, its pid the id for stdin, stdout, wait, kill. ` +
-      `background=true returns at once. tty=true: a terminal (vim, a REPL), ` +
-      `stdout its screen. Output past maxBytes (default ${settings.inlineBytes}) keeps head and tail.`,
+      `timeoutMs passes (default ${settings.spawnTimeoutMs}); it runs on; pid is its id. ` +
+      `background=true: at once. tty=true: a terminal (vim, a REPL), ` +
+      `stdout its screen. input: stdin text typed at start or after pattern (then returns as stdin). ` +
+      `Past maxBytes (default ${settings.inlineBytes}) output keeps head and tail.`,
     input: Tool.described(SpawnInput, computerText),
     output: Schema.Struct({
       ...State,
@@ -106,7 +108,7 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "ps",
-    description: `List processes: running, and the last ${settings.psFinished} finished (status, limit: more).`,
+    description: `List processes: running and the last ${settings.psFinished} finished (status, limit: more).`,
     input: ListFilter,
     output: Schema.Struct({
       processes: Schema.Array(ProcessInfo),
@@ -134,7 +136,7 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "stdout",
-    description: "A process's output: the last lines (default 100), or from cursors (an earlier result's next). A " +
+    description: "A process's output: its last lines (default 100), or from cursors (a result's next). A " +
       "terminal: its screen (scrollback=true: and above).",
     input: ReadInput,
     output: Schema.Struct({ ...State, ...Output, egress_refused: Refused, note: Note }),
@@ -143,13 +145,18 @@ export const make = (settings: SettingsShape) => [
   }),
   Tool.make({
     name: "kill",
-    description: "Signal a process group (default SIGTERM; a name or number); SIGKILL ends the whole tree.",
+    description: "Signal a process group (default SIGTERM; a name or number); SIGKILL ends the whole tree. " +
+      "Returns unseen output.",
     input: KillInput,
     output: Schema.Struct({
       ...State,
       sent: Text("The signal sent"),
       descendantsKilled: Schema.optional(described(Schema.Number, "Other processes of its tree that ended with it")),
-      message: Text("What happened, in words")
+      message: Text("What happened, in words"),
+      stdout: Schema.optional(Text(`Output no earlier result showed (pipes), its last ${KILL_OUTPUT_BYTES} bytes at most`)),
+      stderr: Schema.optional(Text("The same for stderr")),
+      omitted: Output.omitted,
+      next: Output.next
     }),
     annotations: Tool.annotations("Signal a process", false, true, false),
     handle: calling((processes) => processes.kill)
@@ -157,7 +164,7 @@ export const make = (settings: SettingsShape) => [
   Tool.make({
     name: "wait",
     description: "Wait until a process exits, its output matches pattern (RE2) or is quiet for quietMs, at most " +
-      `timeoutMs (default 30000; ${settings.maxCallMs} without progress token); returns the output meanwhile.`,
+      `timeoutMs (default 30000; ${settings.maxCallMs} without progress token); returns output meanwhile.`,
     input: WaitInput,
     output: Schema.Struct({
       ...State,

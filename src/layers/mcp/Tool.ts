@@ -92,11 +92,14 @@ const clean = (node: unknown): unknown => {
   if (Array.isArray(node)) return node.map(clean)
   if (node === null || typeof node !== "object") return node
   const out: Record<string, unknown> = {}
+  const extra = (node as { readonly additionalProperties?: unknown }).additionalProperties
+  const record = typeof extra === "object" && extra !== null
   for (const [key, value] of Object.entries(node)) {
     if (key === "title" && typeof value === "string" && internalTitle.test(value)) continue
     if (key === "description" && typeof value === "string" && internalDescription.test(value)) continue
     // Effect says `"required": []` and `"properties": {}` for records: noise.
     if ((key === "required" && Array.isArray(value) && value.length === 0)) continue
+    if (key === "properties" && record && typeof value === "object" && value !== null && Object.keys(value).length === 0) continue
     out[key] = clean(value)
   }
   return out

@@ -28,7 +28,10 @@ export interface ReadSpec {
 }
 
 /** The output of a process from cursors (or its last lines), within the budget. */
-export const outputFields = (process: ProcessHandle, spec: ReadSpec): Effect.Effect<OutputFields & { readonly running: boolean }> =>
+export const outputFields = (
+  process: ProcessHandle,
+  spec: ReadSpec
+): Effect.Effect<OutputFields & { readonly running: boolean; readonly shown: Cursors }> =>
   Effect.gen(function*() {
     const totals = yield* process.totals
     const running = (yield* process.status) === "running"
@@ -56,6 +59,8 @@ export const outputFields = (process: ProcessHandle, spec: ReadSpec): Effect.Eff
     const more = nextOut < totals.stdout || nextErr < totals.stderr
     return {
       running,
+      // Where this result's output ends, per stream (what a later kill shows from).
+      shown: { stdout: view.stdout.next, stderr: view.stderr.next },
       stdout: screen?.text ?? view.stdout.text,
       stderr: view.stderr.text,
       // A TTY's stdout is its screen: byte cursors do not read it.
@@ -84,5 +89,36 @@ export const stateOf = (info: ProcessInfo): ProcessState => ({
   ...(info.reason === undefined ? {} : { reason: info.reason })
 })
 
-/** A result without the internal `running` flag. */
-export const withoutRunning = <A extends { readonly running: boolean }>({ running: _running, ...rest }: A): Omit<A, "running"> => rest
+/** A result without the internal `running` flag and `shown` cursors. */
+export const withoutRunning = <A extends { readonly running: boolean; readonly shown: Cursors }>(
+  { running: _running, shown: _shown, ...rest }: A
+): Omit<A, "running" | "shown"> => rest
+
+export interface Cursors {
+  readonly stdout: number
+  readonly stderr: number
+}
+
+/** Bytes of output a kill's result shows at most: the last output no earlier result showed. */
+export const KILL_OUTPUT_BYTES = 4096
+
+/**
+ * How far each process's output was shown in results of this server, so that `kill` can show what
+ * came after (a server's last log lines). Per server and best effort: a process followed from
+ * another server starts at 0, and the budget bounds what that shows.
+ */
+export const shownCursors = () => {
+  const shown = new WeakMap<ProcessHandle, Cursors>()
+  return {
+    /** Records how far a result showed, and returns the result without internal fields. */
+    note: <A extends { readonly running: boolean; readonly shown: Cursors }>(process: ProcessHandle, output: A) => {
+      const before = shown.get(process)
+      shown.set(process, {
+        stdout: Math.max(before?.stdout ?? 0, output.shown.stdout),
+        stderr: Math.max(before?.stderr ?? 0, output.shown.stderr)
+      })
+      return withoutRunning(output)
+    },
+    from: (process: ProcessHandle): Cursors => shown.get(process) ?? { stdout: 0, stderr: 0 }
+  }
+}
