@@ -145,7 +145,7 @@ export interface KillResult extends ProcessState {
   readonly sent: string
   readonly descendantsKilled?: number | undefined
   readonly message: string
-  /** Output (pipes) no earlier result showed, its last bytes: a server's final log lines. */
+  /** Output (pipes) no earlier result showed, within a small budget: a server's final log lines. */
   readonly stdout?: string | undefined
   readonly stderr?: string | undefined
   readonly omitted?: OutputFields["omitted"]

@@ -153,7 +153,7 @@ export const make = (settings: SettingsShape) => [
       sent: Text("The signal sent"),
       descendantsKilled: Schema.optional(described(Schema.Number, "Other processes of its tree that ended with it")),
       message: Text("What happened, in words"),
-      stdout: Schema.optional(Text(`Output no earlier result showed (pipes), its last ${KILL_OUTPUT_BYTES} bytes at most`)),
+      stdout: Schema.optional(Text(`Output no earlier result showed (pipes), at most ${KILL_OUTPUT_BYTES} bytes (head and tail)`)),
       stderr: Schema.optional(Text("The same for stderr")),
       omitted: Output.omitted,
       next: Output.next

@@ -99,7 +99,7 @@ export interface Cursors {
   readonly stderr: number
 }
 
-/** Bytes of output a kill's result shows at most: the last output no earlier result showed. */
+/** Bytes of output a kill's result shows at most (head and tail): what no earlier result showed. */
 export const KILL_OUTPUT_BYTES = 4096
 
 /**
