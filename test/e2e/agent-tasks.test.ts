@@ -29,9 +29,11 @@ const load = async () => {
  * (Calls, not bytes or times: those belong to the bench's table.)
  */
 const bounds: ReadonlyArray<readonly [string, number]> = [
-  ["web server", 4],
-  ["Python REPL", 3],
-  ["vim", 2]
+  // spawn, curl, and kill with the request log.
+  ["web server", 3],
+  // spawn's input: typed at start (the REPL), or once the pattern showed vim drew the file.
+  ["Python REPL", 1],
+  ["vim", 1]
 ]
 
 describeIf(bwrapWorks && existsSync(binPath), "bubblewrap and a built CLI (npm run build)")("agent tasks (bench/agent-tasks) against kilntainers", () => {
