@@ -73,12 +73,22 @@ const follow = (process: BackendProcess, onStdout: (said: string) => void = () =
   return { seen, done }
 }
 
-/** Copies the agent's bytes into the computer. */
+/**
+ * Copies the agent's bytes into the computer: into a name of this shell's own ($$), renamed over the
+ * agent at the end, so that two servers installing at once never interleave their bytes.
+ */
 const install = (host: ProcessHost, binary: Uint8Array): Effect.Effect<void, ProviderError | SpawnFailed> =>
   Effect.scoped(Effect.gen(function*() {
     const { agent } = paths(host.dir)
     const process = yield* host.spawn({
-      argv: ["sh", "-c", `set -e; mkdir -p "$1/run"; chmod 1777 "$1/run"; cat > "$2.new"; chmod 755 "$2.new"; mv -f "$2.new" "$2"`, "sh", host.dir, agent],
+      argv: [
+        "sh",
+        "-c",
+        `set -e; mkdir -p "$1/run"; chmod 1777 "$1/run"; t="$2.new.$$"; cat > "$t"; chmod 755 "$t"; mv -f "$t" "$2"`,
+        "sh",
+        host.dir,
+        agent
+      ],
       cwd: host.cwd,
       env: host.env
     })
