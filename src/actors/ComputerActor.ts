@@ -324,7 +324,9 @@ export const make = (
 
     const info = Effect.gen(function*() {
       const facts = { id, backend: backend.name, state: stateOf(life), temporary: options.temporary, instance: life.instance }
-      const more = { createdAt: createdAt(), warnBeforeEndMs: options.warnBeforeEndMs, processes: yield* processes.running }
+      const unheld = !options.temporary && backend.capabilities.heldProcesses && life._tag === "Running" &&
+        life.connection.value.held === undefined
+      const more = { createdAt: createdAt(), warnBeforeEndMs: options.warnBeforeEndMs, processes: yield* processes.running, unheld }
       return computerInfo({ ...facts, ...more }, yield* Clock.currentTimeMillis)
     })
 

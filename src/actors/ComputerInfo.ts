@@ -14,13 +14,30 @@ export interface ComputerFacts {
   readonly processes: number
   /** How long before the provider's end of life the info carries a warning (default 10 min). */
   readonly warnBeforeEndMs: number | undefined
+  /**
+   * A permanent computer on a backend whose computers hold their processes, connected without its
+   * agent (it could not start there): its processes end with this server, which it must say.
+   */
+  readonly unheld?: boolean | undefined
 }
+
+/** What a permanent computer whose agent could not start says in its warning. */
+export const UNHELD_WARNING =
+  "its processes end with this kilntainers server: the computer's agent could not start in it (the server's log says why)"
 
 /** The computer's info at `now` (Clock millis). */
 export const computerInfo = (facts: ComputerFacts, now: number): ComputerInfo => {
   const endsAt = facts.instance?.endsAt
   const warnBefore = facts.warnBeforeEndMs ?? 10 * 60_000
   const left = endsAt === undefined ? undefined : endsAt - now
+  const ending = left !== undefined && left < warnBefore
+    ? left <= 0
+      ? `the provider ends this computer at ${iso(endsAt!)} (its maximum runtime there)`
+      : `the provider ends this computer in ${Math.ceil(left / 60_000)} min (its maximum runtime there); save your work${
+        facts.temporary ? "" : " — a permanent computer can be restarted to continue"
+      }`
+    : undefined
+  const warnings = [ending, facts.unheld === true ? UNHELD_WARNING : undefined].filter((said) => said !== undefined)
   return {
     computer_id: facts.id,
     sandbox_id: facts.instance?.providerId ?? "",
@@ -31,14 +48,6 @@ export const computerInfo = (facts: ComputerFacts, now: number): ComputerInfo =>
     created_at: iso(facts.createdAt),
     processes: facts.processes,
     ...(endsAt === undefined ? {} : { ends_at: iso(endsAt) }),
-    ...(left !== undefined && left < warnBefore
-      ? {
-        warning: left <= 0
-          ? `the provider ends this computer at ${iso(endsAt!)} (its maximum runtime there)`
-          : `the provider ends this computer in ${Math.ceil(left / 60_000)} min (its maximum runtime there); save your work${
-            facts.temporary ? "" : " — a permanent computer can be restarted to continue"
-          }`
-      }
-      : {})
+    ...(warnings.length === 0 ? {} : { warning: warnings.join("; ") })
   }
 }
