@@ -80,15 +80,52 @@ export const RUNNER = [
   `echo $x > "$d/exit.t"; mv "$d/exit.t" "$d/exit"`
 ].join("\n")
 
+/**
+ * TRIM a stream to its first `$2` and last `$3` bytes: the cut is recorded before the blocks go,
+ * so a read never takes a punched block for output. Without hole punching (a filesystem that
+ * cannot) the stream is kept whole.
+ */
+const TRIM_FUNCTION = [
+  `trim() {`,
+  `  z=$(wc -c < "$1" 2>/dev/null) || return 0`,
+  `  [ "$z" -gt $(($2 + $3)) ] || return 0`,
+  `  c=$2; read -r _h c < "$1.cut" 2>/dev/null`,
+  `  e=$((z - $3)); [ "$e" -gt "$c" ] || return 0`,
+  `  fallocate --punch-hole --offset "$c" --length $((e - c)) "$1" 2>/dev/null || { [ -f "$1.cut" ] || return 0; }`,
+  `  echo "$2 $e" > "$1.cut.t" && mv "$1.cut.t" "$1.cut"`,
+  `}`
+].join("\n")
+
+/**
+ * HOUSEKEEP (args headBytes tailBytes; `R` set): trims every stream to its head and tail and drops
+ * the oldest finished processes past FINISHED_KEPT. The supervisor does it every second by itself, with
+ * the retention the last round wrote to `$R/retain`, so that a machine no server follows still keeps
+ * its disk to the retention; a round does it only on an older machine, whose supervisor does not
+ * (no `$R/keeper`).
+ */
+const HOUSEKEEP_FUNCTION = [
+  TRIM_FUNCTION,
+  `housekeep() {`,
+  `  for d in "$R"/p/*/; do d=\${d%/}; [ -e "$d/trimmed" ] && continue; f=0; { [ -e "$d/rstatus" ] || [ -e "$d/fail" ]; } && f=1`,
+  `    trim "$d/out" "$1" "$2"; trim "$d/err" "$1" "$2"; [ $f = 1 ] && : > "$d/trimmed"; done`,
+  `  ls -1dt "$R"/p/*/rstatus 2>/dev/null | tail -n +${FINISHED_KEPT + 1} | while read -r f; do`,
+  `    d=\${f%/*}; k=$(cat "$d/handle" 2>/dev/null); [ -n "$k" ] && rm -f "$R/p/.n/$k"; rm -rf -- "$d"; done`,
+  `}`
+].join("\n")
+
 /** The machine's main process: `/bin/sh SUPERVISOR_PATH`. */
 export const SUPERVISOR = [
   `# kilntainers process supervisor (protocol ${SUPERVISOR_VERSION}): the machine's main process.`,
   `R=${STATE_ROOT}`,
   `PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; export PATH`,
   `RUNNER=${shellQuote(RUNNER)}`,
+  HOUSEKEEP_FUNCTION,
   `umask 077`,
   `mkdir -p "$R" && chmod 700 "$R" || exit 1`,
-  `rm -rf "$R/sup" "$R/p" "$R/ctl"; mkdir "$R/p" && mkfifo "$R/ctl" || exit 1`,
+  `rm -rf "$R/sup" "$R/p" "$R/ctl" "$R/keeper"; mkdir "$R/p" && mkfifo "$R/ctl" || exit 1`,
+  // The keeper: the retention holds on the machine's disk whether or not a server follows it.
+  `( while sleep 1; do read -r kh kt < "$R/retain" 2>/dev/null && [ "$kh" -gt 0 ] 2>/dev/null && housekeep "$kh" "$kt"; done ) </dev/null >/dev/null 2>&1 &`,
+  `: > "$R/keeper"`,
   // Who runs, since when (a pid of an earlier boot can be reused), which boot, which protocol: one file, written at once.
   `echo "$$ $(cut -d' ' -f22 /proc/$$/stat) $(cat /proc/sys/kernel/random/uuid) ${SUPERVISOR_VERSION}" > "$R/sup.t" && mv "$R/sup.t" "$R/sup" || exit 1`,
   `exec 3<>"$R/ctl"`,
@@ -148,22 +185,6 @@ const SPAN_FUNCTION = [
 ].join("\n")
 
 /**
- * TRIM a stream to its first `$2` and last `$3` bytes: the cut is recorded before the blocks go,
- * so a read never takes a punched block for output. Without hole punching (a filesystem that
- * cannot) the stream is kept whole.
- */
-const TRIM_FUNCTION = [
-  `trim() {`,
-  `  z=$(wc -c < "$1" 2>/dev/null) || return 0`,
-  `  [ "$z" -gt $(($2 + $3)) ] || return 0`,
-  `  c=$2; read -r _h c < "$1.cut" 2>/dev/null`,
-  `  e=$((z - $3)); [ "$e" -gt "$c" ] || return 0`,
-  `  fallocate --punch-hole --offset "$c" --length $((e - c)) "$1" 2>/dev/null || { [ -f "$1.cut" ] || return 0; }`,
-  `  echo "$2 $e" > "$1.cut.t" && mv "$1.cut.t" "$1.cut"`,
-  `}`
-].join("\n")
-
-/**
  * REPORT of one process: args dir stdoutOffset stderrOffset cap. Lines:
  *   P <runner alive 0|1> <group alive 0|1> <exit|-> <runner status|-> <out size> <err size> <pid|-> <pgid|->
  *     <handle|-> <signals sent, comma-separated|-> <where O starts> <where E starts>
@@ -211,13 +232,14 @@ const REPORT_FUNCTION = [
  * Answers: `A` (done) or `A <message, base64>` (failed) for S W C K X, a REPORT for R. Before the
  * reports, the round waits up to 10 s for each started process to start (or fail), then up to
  * waitTicks × 10 ms for the processes it started, closed or signalled to end and those it wrote
- * to to answer: a short command, stdin with EOF, a kill or an echo costs one round. Once a second a round trims every stream to its first
- * headBytes and last tailBytes (TRIM), and past FINISHED_KEPT finished processes drops the oldest.
+ * to to answer: a short command, stdin with EOF, a kill or an echo costs one round. Once a second a round writes the
+ * retention (headBytes, tailBytes) for the supervisor's keeper, or, on an older machine without one, does its
+ * HOUSEKEEP itself.
  */
 export const ROUND = [
   ALIVE_FUNCTION,
   REPORT_FUNCTION,
-  TRIM_FUNCTION,
+  HOUSEKEEP_FUNCTION,
   `R=${STATE_ROOT}; cap=$1; w=$2; kh=$3; kt=$4; b=$5; shift 5`,
   `t=$R/round.$$; [ "$b" -gt 0 ] && { cat > "$t" || { echo "cannot read the round's input" >&2; exit 3; }; }`,
   `blob() { sed -n "$1p" "$t"; }`,
@@ -233,11 +255,8 @@ export const ROUND = [
   `  echo $n > "$R/p/.next.$$" && mv "$R/p/.next.$$" "$R/p/.next" && echo $n > "$1/handle"`,
   `}`,
   `if [ "$kh" -gt 0 ] && [ "$(date +%s)" != "$(cat "$R/p/.trim" 2>/dev/null)" ]; then`,
-  `  date +%s > "$R/p/.trim"`,
-  `  for d in "$R"/p/*/; do d=\${d%/}; [ -e "$d/trimmed" ] && continue; f=0; { [ -e "$d/rstatus" ] || [ -e "$d/fail" ]; } && f=1`,
-  `    trim "$d/out" "$kh" "$kt"; trim "$d/err" "$kh" "$kt"; [ $f = 1 ] && : > "$d/trimmed"; done`,
-  `  ls -1dt "$R"/p/*/rstatus 2>/dev/null | tail -n +${FINISHED_KEPT + 1} | while read -r f; do`,
-  `    d=\${f%/*}; k=$(cat "$d/handle" 2>/dev/null); [ -n "$k" ] && rm -f "$R/p/.n/$k"; rm -rf -- "$d"; done`,
+  `  date +%s > "$R/p/.trim"; echo "$kh $kt" > "$R/retain.$$" && mv "$R/retain.$$" "$R/retain"`,
+  `  [ -e "$R/keeper" ] || housekeep "$kh" "$kt"`,
   `fi`,
   `size() { echo $(( $(wc -c < "$1/out" 2>/dev/null || echo 0) + $(wc -c < "$1/err" 2>/dev/null || echo 0) )); }`,
   `while [ $# -gt 0 ]; do`,

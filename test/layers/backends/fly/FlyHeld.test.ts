@@ -3,7 +3,7 @@ import { Duration, Effect, Exit } from "effect"
 import { beforeEach } from "vitest"
 import type { FlyFake } from "../../../support/FlyFake.js"
 import { bwrapWorks, describeIf } from "../../../support/Requirements.js"
-import { collect, metadata, open, options, spec, useFake, withBackend, withKernel } from "./FlyTestSupport.js"
+import { APP, collect, metadata, open, options, spec, TOKEN, useFake, withBackend, withKernel } from "./FlyTestSupport.js"
 
 /** Processes in the machine whose command line matches `needle` (a grep pattern that does not match itself), counted from inside. */
 const countInside = (needle: string) =>
@@ -19,6 +19,27 @@ const eventually = <A, E, R>(read: Effect.Effect<A, E, R>, done: (a: A) => boole
     }
     return last
   })
+
+/**
+ * A command run in the machine by the Machines API's exec alone (no round of ours: nothing of a
+ * server runs), again after the rate limit's wait (Fly's: 1 exec a second per machine).
+ */
+const machineExec = async (fakeUrl: string, machineId: string, script: string) => {
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const response = await fetch(`${fakeUrl}/v1/apps/${APP}/machines/${machineId}/exec`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ command: ["sh", "-c", script], timeout: 20 })
+    })
+    if (response.status === 429) {
+      await new Promise((resolve) => setTimeout(resolve, 1000))
+      continue
+    }
+    assert.strictEqual(response.status, 200, await response.clone().text())
+    return (await response.json()) as { stdout: string; exit_code: number }
+  }
+  return assert.fail("the Machines API kept answering 429")
+}
 
 describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly machine holds its processes (HeldProcesses)", () => {
   const current = useFake()
@@ -125,9 +146,13 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
         const long = yield* connection.spawn(spec(["seq", "1", "20000"]))
         const handle = long.handle!
         yield* collect(long)
-        // Streams are trimmed once a second, by a round: a second later, any round does it.
-        yield* Effect.sleep(Duration.millis(1100))
-        yield* collect(yield* connection.spawn(spec(["true"])))
+        // The machine's supervisor trims its streams once a second, with the retention a round wrote.
+        const cut = yield* eventually(
+          Effect.flatMap(connection.spawn(spec(["sh", "-c", "cat /tmp/.kt/p/*/out.cut 2>/dev/null"])), collect),
+          (seen) => seen.stdout !== "",
+          50
+        )
+        assert.strictEqual(cut.stdout, `1024 ${expected.length - 3072}\n`)
         const held = connection.held!
         assert.deepStrictEqual(held.retention, { headBytes: 1024, tailBytes: 3072 })
         const head = yield* held.read(handle, "stdout", 0, 1_000_000)
@@ -143,5 +168,29 @@ describeIf(bwrapWorks, "bubblewrap (the Fly fake runs commands in it)")("the Fly
         const replay = yield* collect(attached.process)
         assert.strictEqual(replay.stdout, Buffer.concat([expected.subarray(0, 1024), expected.subarray(expected.length - 3072)]).toString())
         assert.deepStrictEqual(replay.exits, [{ exitCode: 0, signal: null }])
+      })), 90_000)
+
+  it.live("a machine no server follows keeps its streams to the retention: its supervisor trims them itself", () =>
+    withBackend(options(fake.url, { tuning: { retainBytes: 4096 } }), (backend) =>
+      Effect.gen(function*() {
+        const instance = yield* backend.create(metadata(`held-keeper-${process.pid}`, false))
+        yield* Effect.addFinalizer(() => Effect.ignore(backend.remove(instance)))
+        // A server starts a process that writes 108,894 bytes once the server is gone, then stays.
+        yield* Effect.scoped(Effect.gen(function*() {
+          const connection = yield* backend.connect(instance)
+          const writer = yield* connection.spawn(spec(["sh", "-c", "sleep 2; seq 1 20000; exec sleep 1000"]))
+          assert.isDefined(writer.handle)
+        }))
+        const sizes = () =>
+          Effect.promise(() =>
+            machineExec(fake.url, instance.providerId, "for f in /tmp/.kt/p/*/out; do echo $(wc -c < $f) $(du -k $f | cut -f1); done")
+          )
+        // Nothing of a server runs now: only the machine's own supervisor can trim.
+        const trimmed = yield* eventually(sizes(), (answer) => /^108894 \d+\n$/.test(answer.stdout) && Number(answer.stdout.split(" ")[1]) <= 12, 20)
+        const [size, kib] = trimmed.stdout.trim().split(" ").map(Number)
+        assert.strictEqual(size, 108894, `the stream keeps its length (offsets stay valid): ${trimmed.stdout}`)
+        assert.isAtMost(kib!, 12, `the machine's disk holds the retained 4 KiB, not 106 KiB: ${trimmed.stdout}`)
+        const cut = yield* Effect.promise(() => machineExec(fake.url, instance.providerId, "cat /tmp/.kt/p/*/out.cut"))
+        assert.strictEqual(cut.stdout, `1024 ${108894 - 3072}\n`, "the cut is recorded: its head and where its tail starts")
       })), 90_000)
 })
