@@ -100,16 +100,18 @@ export interface HostServer {
  * The built CLI as a stdio server of `backend` (host unless said; the Docker backend as an
  * unprivileged user only where the engine's socket has a group: `engineSocketGroup`).
  * `bin`: the built CLI to run, by default this checkout's (another copy must be readable by the unprivileged uid);
- * `env`: more of the server's environment (a credential an `--egress-header` rule names).
+ * `env`: more of the server's environment (a credential an `--egress-header` rule names);
+ * `state`: the state directory of an earlier server to start on (`dir`), and whether `close` keeps it (`keep`).
  */
 export const startHostServer = async (
   mode: Mode,
   args: ReadonlyArray<string> = [],
   backend: "host" | "docker" = "host",
   bin: string = binPath,
-  env: Readonly<Record<string, string>> = {}
+  env: Readonly<Record<string, string>> = {},
+  state: { readonly dir?: string; readonly keep?: boolean } = {}
 ): Promise<HostServer> => {
-  const stateDir = mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
+  const stateDir = state.dir ?? mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
   const drop = mode === "unprivileged" && runningAsRoot
   if (drop) chownSync(stateDir, UNPRIVILEGED, UNPRIVILEGED)
   const setpriv = dropPrivileges(mode, backend)
@@ -146,7 +148,7 @@ export const startHostServer = async (
     call,
     close: async () => {
       await client.close().catch(() => undefined)
-      rmSync(stateDir, { recursive: true, force: true })
+      if (state.keep !== true) rmSync(stateDir, { recursive: true, force: true })
     }
   }
 }

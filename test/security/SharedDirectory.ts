@@ -86,9 +86,13 @@ export const makeProject = (target: Target, layout: Readonly<Record<string, stri
   return { base, project, private: privateDir, secretText, owner, remove: () => rmSync(base, { recursive: true, force: true }) }
 }
 
-/** The server of `target`, with the test image on Docker. */
-export const startServer = (target: Target, args: ReadonlyArray<string>): Promise<HostServer> =>
-  startHostServer(target.mode, [...args, ...(target.backend === "docker" ? ["--image", TEST_IMAGE] : [])], target.backend)
+/** The server of `target`, with the test image on Docker (`state`: as startHostServer's). */
+export const startServer = (
+  target: Target,
+  args: ReadonlyArray<string>,
+  state: { readonly dir?: string; readonly keep?: boolean } = {}
+): Promise<HostServer> =>
+  startHostServer(target.mode, [...args, ...(target.backend === "docker" ? ["--image", TEST_IMAGE] : [])], target.backend, undefined, {}, state)
 
 /** Runs a shell script in a computer; its output, whatever its exit code. */
 export const sh = async (server: HostServer, computer: string, script: string) => {

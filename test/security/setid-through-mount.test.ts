@@ -106,28 +106,28 @@ describeIf(requirementsMet, requirements)("setuid and setgid files through a wri
     })
   }
 
-  const docker = targets.find((target) => target.backend === "docker")
-  if (docker === undefined) return
-  describe("docker, a container that cannot run the agent", () => {
-    let project: Project
-    let server: HostServer
-    beforeAll(async () => {
-      project = makeProject(docker, { "a.txt": "a\n" })
-      server = await startServer(docker, [
-        "--mount", `${project.project}:/home/agent/app`,
-        "--docker-run-flag=--read-only", "--docker-run-flag=--tmpfs=/home/agent", "--docker-run-flag=--tmpfs=/tmp"
-      ])
-    }, 120_000)
-    afterAll(async () => {
-      await server?.close()
-      project?.remove()
-    })
+  for (const docker of targets.filter((target) => target.backend === "docker")) {
+    describe(`${docker.name}, a container that cannot run the agent`, () => {
+      let project: Project
+      let server: HostServer
+      beforeAll(async () => {
+        project = makeProject(docker, { "a.txt": "a\n" })
+        server = await startServer(docker, [
+          "--mount", `${project.project}:/home/agent/app`,
+          "--docker-run-flag=--read-only", "--docker-run-flag=--tmpfs=/home/agent", "--docker-run-flag=--tmpfs=/tmp"
+        ])
+      }, 120_000)
+      afterAll(async () => {
+        await server?.close()
+        project?.remove()
+      })
 
-    it("runs nothing with a writable mount, and so plants nothing", async () => {
-      const result = await server.call("sandbox_exec", { command: PLANT, computer_id: computerId("noagent"), timeout: 60 })
-      assert.isTrue(result.isError, `processes ran without the agent: ${result.text}`)
-      assert.include(result.text, "only through the agent")
-      assert.deepStrictEqual(setidFiles(project.project), [])
-    }, 180_000)
-  })
+      it("runs nothing with a writable mount, and so plants nothing", async () => {
+        const result = await server.call("sandbox_exec", { command: PLANT, computer_id: computerId("noagent"), timeout: 60 })
+        assert.isTrue(result.isError, `processes ran without the agent: ${result.text}`)
+        assert.include(result.text, "only through the agent")
+        assert.deepStrictEqual(setidFiles(project.project), [])
+      }, 180_000)
+    })
+  }
 })
