@@ -156,7 +156,9 @@ static void kernel_interfaces(void) {
  *     that its files belong on disk to their owner, possibly root): a mode with the setuid or setgid
  *     bit is refused (EPERM) in chmod, fchmod, fchmodat(2), open, openat, creat, mknod(at), and
  *     openat2 and io_uring (whose modes BPF cannot read) are ENOSYS: no setuid binary of the
- *     directory's owner can be made for someone on the host to run.
+ *     directory's owner can be made for someone on the host to run. Where capabilities are kept
+ *     (Docker), CAP_FSETID is dropped too (`harden_agent`), so a write to a setuid file the
+ *     directory already holds clears its bits.
  * ptrace stays allowed: gdb and strace of the guest's own children work. Processes outside the guest
  * cannot be traced: the agent and the shepherds are non-dumpable (tracing them needs CAP_SYS_PTRACE,
  * which no guest holds), and everything else is outside the pid namespace.
@@ -243,6 +245,27 @@ const char *harden_agent(char *notice, size_t cap) {
       snprintf(reason, sizeof reason, "cannot drop capabilities: %s", strerror(errno));
       return reason;
     }
+  } else if (opt_no_setid) {
+    /* Kept capabilities (Docker, where root may write host files) lose CAP_FSETID: with it a write to
+     * a setuid or setgid file the mount already holds keeps its bits, as a guest's file. Without it
+     * the kernel clears them, as for anyone; no_new_privs keeps an exec from regaining it. */
+    struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+    struct __user_cap_data_struct d[2];
+    memset(d, 0, sizeof d);
+    if (syscall(SYS_capget, &h, d) < 0) {
+      snprintf(reason, sizeof reason, "cannot read capabilities: %s", strerror(errno));
+      return reason;
+    }
+    const unsigned at = CAP_TO_INDEX(CAP_FSETID), bit = CAP_TO_MASK(CAP_FSETID);
+    d[at].effective &= ~bit;
+    d[at].permitted &= ~bit;
+    d[at].inheritable &= ~bit;
+    if (syscall(SYS_capset, &h, d) < 0) {
+      snprintf(reason, sizeof reason, "cannot drop CAP_FSETID: %s", strerror(errno));
+      return reason;
+    }
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_FSETID, 0, 0);
+    prctl(PR_CAPBSET_DROP, CAP_FSETID, 0, 0, 0); /* only where the agent holds CAP_SETPCAP; permitted is what counts */
   }
   if (!opt_seccomp && !opt_drop_caps) return NULL; /* unsandboxed: processes run as the user's own would */
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {

@@ -25,7 +25,7 @@ import * as CertificateAuthority from "../../src/layers/egress/CertificateAuthor
 import * as Egress from "../../src/layers/egress/Egress.js"
 import type { Lookup } from "../../src/layers/egress/Upstream.js"
 import { defaultSettings } from "../../src/services/Settings.js"
-import { dropPrivileges, type Mode, runningAsRoot, UNPRIVILEGED } from "./HostServer.js"
+import { dropPrivileges, type Mode, runningAsRoot, underCi, UNPRIVILEGED } from "./HostServer.js"
 
 /** The credential every rig injects: a scheme prefix and a token with both cases in it. */
 export const TOKEN = "kt-Sec-9f8E7d6C5b4A-token"
@@ -178,8 +178,8 @@ export interface RigOptions {
 const distSrc = fileURLToPath(new URL("../../dist/src", import.meta.url))
 const proxyScript = fileURLToPath(new URL("fixtures/egress-proxy.mjs", import.meta.url))
 /** A proxy process needs the built modules (`npm run build`). */
-export const proxyProcessAvailable = existsSync(join(distSrc, "layers/egress/Egress.js"))
-export const proxyProcessNeeds = "a built checkout (npm run build), and, as root, setpriv"
+export const proxyProcessAvailable = existsSync(join(distSrc, "layers/egress/Egress.js")) && (runningAsRoot || !underCi)
+export const proxyProcessNeeds = "a built checkout (npm run build), and, as root, setpriv (under CI=true, running as root)"
 
 /** The proxy of `options` in a process of its own, as `mode`'s user: its port, until the Scope closes. */
 const proxyProcess = (mode: Mode, options: RigOptions, paths: { dir: string; auditPath: string; bundle: string; upstreamCaFile: string }) =>

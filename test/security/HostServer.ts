@@ -26,6 +26,13 @@ const works = (command: string, args: ReadonlyArray<string>) => spawnSync(comman
 /** The modes this machine can run: root needs the tests to run as root; unprivileged is setpriv's uid then, else our own. */
 export const modes: ReadonlyArray<Mode> = runningAsRoot ? ["root", "unprivileged"] : ["unprivileged"]
 
+/**
+ * Under CI=true every way the suite attacks the server must run, never only some: the tests run as
+ * root (else the root server is left out), and on Docker the unprivileged server is attacked too
+ * (else it fails for want of the engine socket's group, rather than being left out).
+ */
+export const underCi = process.env.CI === "true"
+
 /** The group that may use the Docker engine's socket (the `docker` group), when there is one. */
 export const engineSocketGroup = ((): number | undefined => {
   try {
@@ -35,6 +42,9 @@ export const engineSocketGroup = ((): number | undefined => {
     return undefined
   }
 })()
+
+/** Whether the Docker backend is attacked with the server as an unprivileged user in the engine socket's group. */
+export const dockerUnprivileged = engineSocketGroup !== undefined || underCi
 
 /**
  * `setpriv`'s arguments that make a command run as the unprivileged uid (none unless the tests run as
@@ -54,8 +64,10 @@ const unprivilegedCanRun = () =>
   !runningAsRoot ||
   works("setpriv", ["--reuid", String(UNPRIVILEGED), "--regid", String(UNPRIVILEGED), "--clear-groups", "--", process.execPath, "-e", `require("fs").accessSync(${JSON.stringify(binPath)})`])
 
-export const requirementsMet = bwrapWorks && existsSync(binPath) && works("python3", ["-c", "1"]) && unprivilegedCanRun()
-export const requirements = "bubblewrap, python3, a built CLI (npm run build), and, as root, setpriv and a checkout every user can read"
+export const requirementsMet = bwrapWorks && existsSync(binPath) && works("python3", ["-c", "1"]) && unprivilegedCanRun() &&
+  (runningAsRoot || !underCi)
+export const requirements =
+  "bubblewrap, python3, a built CLI (npm run build), and, as root, setpriv and a checkout every user can read (under CI=true, running as root)"
 
 export const probeSource = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "probe.py"), "utf8")
 
@@ -88,16 +100,18 @@ export interface HostServer {
  * The built CLI as a stdio server of `backend` (host unless said; the Docker backend as an
  * unprivileged user only where the engine's socket has a group: `engineSocketGroup`).
  * `bin`: the built CLI to run, by default this checkout's (another copy must be readable by the unprivileged uid);
- * `env`: more of the server's environment (a credential an `--egress-header` rule names).
+ * `env`: more of the server's environment (a credential an `--egress-header` rule names);
+ * `state`: the state directory of an earlier server to start on (`dir`), and whether `close` keeps it (`keep`).
  */
 export const startHostServer = async (
   mode: Mode,
   args: ReadonlyArray<string> = [],
   backend: "host" | "docker" = "host",
   bin: string = binPath,
-  env: Readonly<Record<string, string>> = {}
+  env: Readonly<Record<string, string>> = {},
+  state: { readonly dir?: string; readonly keep?: boolean } = {}
 ): Promise<HostServer> => {
-  const stateDir = mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
+  const stateDir = state.dir ?? mkdtempSync(join(tmpdir(), `kt-sec-${mode}-`))
   const drop = mode === "unprivileged" && runningAsRoot
   if (drop) chownSync(stateDir, UNPRIVILEGED, UNPRIVILEGED)
   const setpriv = dropPrivileges(mode, backend)
@@ -134,7 +148,7 @@ export const startHostServer = async (
     call,
     close: async () => {
       await client.close().catch(() => undefined)
-      rmSync(stateDir, { recursive: true, force: true })
+      if (state.keep !== true) rmSync(stateDir, { recursive: true, force: true })
     }
   }
 }

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { binPath } from "../support/McpHarness.js"
 import { dockerWorks, TEST_IMAGE } from "../support/Docker.js"
-import { dropPrivileges, engineSocketGroup, type HostServer, type Mode, modes, runningAsRoot, startHostServer, UNPRIVILEGED } from "./HostServer.js"
+import { dockerUnprivileged, dropPrivileges, type HostServer, type Mode, modes, runningAsRoot, startHostServer, underCi, UNPRIVILEGED } from "./HostServer.js"
 
 /** Where a server of the attack runs. */
 export interface Target {
@@ -25,13 +25,14 @@ export interface Target {
 }
 
 /**
- * Host as root and as an unprivileged user; Docker, where its engine answers, as root and as an
- * unprivileged user with the engine socket's group.
+ * Host as root and as an unprivileged user; Docker, where its engine answers (always under CI=true,
+ * where an engine that does not answer fails these tests), as root and as an unprivileged user with
+ * the engine socket's group.
  */
 export const targets: ReadonlyArray<Target> = [
   ...modes.map((mode): Target => ({ backend: "host", mode, name: `host, server run as ${mode === "root" ? "root" : "an unprivileged user"}` })),
-  ...(runningAsRoot && dockerWorks ? [{ backend: "docker", mode: "root", name: "docker, server run as root" } as const] : []),
-  ...(runningAsRoot && dockerWorks && engineSocketGroup !== undefined
+  ...(runningAsRoot && (dockerWorks || underCi) ? [{ backend: "docker", mode: "root", name: "docker, server run as root" } as const] : []),
+  ...(runningAsRoot && (dockerWorks || underCi) && dockerUnprivileged
     ? [{ backend: "docker", mode: "unprivileged", name: "docker, server run as an unprivileged user in the engine's group" } as const]
     : [])
 ]
@@ -85,9 +86,13 @@ export const makeProject = (target: Target, layout: Readonly<Record<string, stri
   return { base, project, private: privateDir, secretText, owner, remove: () => rmSync(base, { recursive: true, force: true }) }
 }
 
-/** The server of `target`, with the test image on Docker. */
-export const startServer = (target: Target, args: ReadonlyArray<string>): Promise<HostServer> =>
-  startHostServer(target.mode, [...args, ...(target.backend === "docker" ? ["--image", TEST_IMAGE] : [])], target.backend)
+/** The server of `target`, with the test image on Docker (`state`: as startHostServer's). */
+export const startServer = (
+  target: Target,
+  args: ReadonlyArray<string>,
+  state: { readonly dir?: string; readonly keep?: boolean } = {}
+): Promise<HostServer> =>
+  startHostServer(target.mode, [...args, ...(target.backend === "docker" ? ["--image", TEST_IMAGE] : [])], target.backend, undefined, {}, state)
 
 /** Runs a shell script in a computer; its output, whatever its exit code. */
 export const sh = async (server: HostServer, computer: string, script: string) => {

@@ -3,8 +3,9 @@
  * kt-agent and kt-sandbox against their manifest once, at startup, and from then on runs and copies
  * only the bytes it checked. A helper replaced after startup — rewritten in place as `cp` does, or
  * renamed over as `mv` does — changes nothing that runs, on the host (server as root and as an
- * unprivileged user) and on Docker. And on Docker, an agent that fails its check at startup is
- * never replaced by plain Engine API exec: every computer is refused, saying why.
+ * unprivileged user) and on Docker (the same, the unprivileged server in the engine socket's group).
+ * And on Docker, an agent that fails its check at startup is never replaced by plain Engine API
+ * exec: every computer is refused, saying why.
  *
  * Each server runs from its own copy of the built package (dist/bin, native/build), so tampering
  * with it touches nothing else. The stand-ins only leave a marker file and exit.
@@ -14,9 +15,9 @@ import { chmodSync, cpSync, existsSync, mkdtempSync, readFileSync, renameSync, r
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { docker, dockerWorks, requirement, TEST_ENGINE, TEST_IMAGE } from "../support/Docker.js"
-import { type Harness, root as checkout, startServer } from "../support/McpHarness.js"
+import { root as checkout } from "../support/McpHarness.js"
 import { describeIf } from "../support/Requirements.js"
-import { type HostServer, modes, requirements, requirementsMet, startHostServer } from "./HostServer.js"
+import { dockerUnprivileged, type HostServer, type Mode, modes, requirements, requirementsMet, startHostServer } from "./HostServer.js"
 
 const scratch = mkdtempSync(join(tmpdir(), "kt-helper-binding-"))
 chmodSync(scratch, 0o755)
@@ -94,7 +95,11 @@ describeIf(requirementsMet, requirements)("host: helpers replaced after startup 
 })
 
 /** The CLI's flags for the engine the suites drive (Docker, or Podman with KILNTAINERS_TEST_ENGINE=podman). */
-const dockerArgs = ["--backend", "docker", "--engine", TEST_ENGINE, "--image", TEST_IMAGE]
+const dockerArgs = ["--engine", TEST_ENGINE, "--image", TEST_IMAGE]
+
+/** The Docker server as root and, where the engine's socket has a group (always under CI=true), as an unprivileged user in it. */
+const dockerModes = modes.filter((mode) => mode === "root" || (TEST_ENGINE === "docker" && dockerUnprivileged))
+const serverName = (mode: Mode) => `server run as ${mode === "root" ? "root" : "an unprivileged user in the engine's group"}`
 
 /** Containers of the computers a test made: removed whatever happens to its server. */
 const made: Array<string> = []
@@ -108,46 +113,54 @@ const computerId = (name: string) => {
 }
 
 describeIf(dockerWorks, requirement())("Docker: the agent put into containers is the one checked at startup", () => {
-  let server: Harness | undefined
-  afterAll(async () => {
-    await server?.client.close()
-  })
+  for (const mode of dockerModes) {
+    describe(serverName(mode), () => {
+      let server: HostServer | undefined
+      afterAll(async () => {
+        await server?.close()
+      })
 
-  it("an agent rewritten after startup never reaches a container", async () => {
-    const pkg = packageCopy()
-    server = await startServer(dockerArgs, {}, pkg.bin)
-    const before = await server.call("sandbox_exec", { command: "echo before", computer_id: computerId("before") })
-    assert.strictEqual(before.structured?.stdout, "before\n", before.text)
-    rewriteInPlace(pkg.agent, `#!/bin/sh\necho tampered > /TAMPERED-AGENT\nexit 3\n`)
-    // The shell's parent is the agent's shepherd (under Engine exec it would be outside the container).
-    const after = await server.call("sandbox_exec", {
-      command: "sha256sum /.kilntainers/kt-agent; cat /proc/$PPID/comm; ls /TAMPERED-AGENT 2>&1",
-      computer_id: computerId("after")
+      it("an agent rewritten after startup never reaches a container", async () => {
+        const pkg = packageCopy()
+        server = await startHostServer(mode, dockerArgs, "docker", pkg.bin)
+        const before = await server.call("sandbox_exec", { command: "echo before", computer_id: computerId(`before-${mode}`) })
+        assert.strictEqual(before.structured?.stdout, "before\n", before.text)
+        rewriteInPlace(pkg.agent, `#!/bin/sh\necho tampered > /TAMPERED-AGENT\nexit 3\n`)
+        // The shell's parent is the agent's shepherd (under Engine exec it would be outside the container).
+        const after = await server.call("sandbox_exec", {
+          command: "sha256sum /.kilntainers/kt-agent; cat /proc/$PPID/comm; ls /TAMPERED-AGENT 2>&1",
+          computer_id: computerId(`after-${mode}`)
+        })
+        assert.strictEqual(
+          after.structured?.stdout,
+          `${pkg.sha256.agent}  /.kilntainers/kt-agent\nkt-shepherd\nls: cannot access '/TAMPERED-AGENT': No such file or directory\n`,
+          after.text
+        )
+      }, 240_000)
     })
-    assert.strictEqual(
-      after.structured?.stdout,
-      `${pkg.sha256.agent}  /.kilntainers/kt-agent\nkt-shepherd\nls: cannot access '/TAMPERED-AGENT': No such file or directory\n`,
-      after.text
-    )
-  }, 240_000)
+  }
 })
 
 describeIf(dockerWorks, requirement())("Docker: an agent that fails its check is never replaced by Engine exec", () => {
-  let server: Harness | undefined
-  afterAll(async () => {
-    await server?.client.close()
-  })
+  for (const mode of dockerModes) {
+    describe(serverName(mode), () => {
+      let server: HostServer | undefined
+      afterAll(async () => {
+        await server?.close()
+      })
 
-  it("every computer is refused with a clear reason, and nothing runs in it", async () => {
-    const pkg = packageCopy()
-    rewriteInPlace(pkg.agent, `#!/bin/sh\nexit 3\n`)
-    server = await startServer(dockerArgs, {}, pkg.bin)
-    const id = computerId("refused")
-    const result = await server.call("sandbox_exec", { command: "echo ran", computer_id: id })
-    assert.isTrue(result.isError, result.text)
-    assert.notInclude(result.text, "ran\n")
-    assert.include(result.text, `kilntainer-${id} is refused: its agent failed verification`)
-    assert.include(result.text, "changed after it was built")
-    assert.include(server.stderr(), "kt-agent failed its check")
-  }, 240_000)
+      it("every computer is refused with a clear reason, and nothing runs in it", async () => {
+        const pkg = packageCopy()
+        rewriteInPlace(pkg.agent, `#!/bin/sh\nexit 3\n`)
+        server = await startHostServer(mode, dockerArgs, "docker", pkg.bin)
+        const id = computerId(`refused-${mode}`)
+        const result = await server.call("sandbox_exec", { command: "echo ran", computer_id: id })
+        assert.isTrue(result.isError, result.text)
+        assert.notInclude(result.text, "ran\n")
+        assert.include(result.text, `kilntainer-${id} is refused: its agent failed verification`)
+        assert.include(result.text, "changed after it was built")
+        assert.include(server.stderr(), "kt-agent failed its check")
+      }, 240_000)
+    })
+  }
 })

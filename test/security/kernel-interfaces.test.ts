@@ -2,9 +2,10 @@
  * Kernel interfaces the agent's seccomp filter refuses to guests, as Docker's default profile does
  * (issue 19, "also seen"): AF_VSOCK sockets (vsock is not network-namespaced: it reaches the
  * hypervisor and its other guests), io_uring, and userfaultfd (syscall and /dev/userfaultfd). Tried
- * from inside a computer (fixtures/kernel-interfaces.c) on the host with the server as root and as an
- * unprivileged user, and on Docker with the engine's profile and without it (seccomp=unconfined,
- * which an operator may pass): the agent's own filter must refuse them either way. Nothing here
+ * from inside a computer (fixtures/kernel-interfaces.c) on the host and on Docker with the server (the
+ * built CLI) as root and as an unprivileged user, and on Docker through the backend itself with the
+ * engine's profile and without it (seccomp=unconfined, which an operator may pass): the agent's own
+ * filter must refuse them either way. Nothing here
  * changes the machine: an attempt that succeeds only makes a descriptor, closed at once.
  */
 import { assert, it } from "@effect/vitest"
@@ -16,10 +17,10 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe } from "vitest"
 import * as DockerBackend from "../../src/layers/backends/docker/DockerBackend.js"
 import { Backend, type Connection, ownedEvents } from "../../src/services/Backend.js"
-import { docker, dockerWorks, requirement, testOptions } from "../support/Docker.js"
+import { docker, dockerWorks, requirement, TEST_ENGINE, TEST_IMAGE, testOptions } from "../support/Docker.js"
 import * as ProviderComputer from "../support/ProviderComputer.js"
 import { describeIf } from "../support/Requirements.js"
-import { type HostServer, modes, requirements, requirementsMet, startHostServer } from "./HostServer.js"
+import { dockerUnprivileged, type HostServer, modes, requirements, requirementsMet, startHostServer } from "./HostServer.js"
 
 const dir = mkdtempSync(join(tmpdir(), "kt-kernel-interfaces-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
@@ -65,6 +66,35 @@ describeIf(requirementsMet, requirements)("host computers cannot reach vsock, io
 
       it("refuses each of them, and the computer keeps working", async () => {
         const tried = await server.call("sandbox_exec", { command: "/home/agent/kt-kernel-interfaces", computer_id: id })
+        assert.strictEqual(tried.structured?.exit_code, 0, tried.text)
+        assert.deepStrictEqual(parse(tried.structured.stdout as string), REFUSED)
+        const after = await server.call("sandbox_exec", { command: "echo fine", computer_id: id })
+        assert.strictEqual(after.structured?.stdout, "fine\n")
+      }, 120_000)
+    })
+  }
+})
+
+describeIf(requirementsMet && dockerWorks, `${requirements}; ${requirement()}`)("Docker computers of the built CLI cannot reach vsock, io_uring or userfaultfd", () => {
+  // The unprivileged server is in the engine socket's group (HostServer.ts; always under CI=true).
+  for (const mode of modes.filter((one) => one === "root" || (TEST_ENGINE === "docker" && dockerUnprivileged))) {
+    describe(`server run as ${mode === "root" ? "root" : "an unprivileged user in the engine's group"}`, () => {
+      let server: HostServer
+      const id = `kernel-interfaces-${mode}-${process.pid}`
+      beforeAll(async () => {
+        server = await startHostServer(mode, ["--engine", TEST_ENGINE, "--image", TEST_IMAGE], "docker")
+        const created = await server.call("computer_create", { computer_id: id })
+        assert.isFalse(created.isError, created.text)
+        const archive = spawnSync("tar", ["-C", dir, "-cf", "-", "kt-kernel-interfaces"])
+        await docker().getContainer(`kilntainer-${id}`).putArchive(archive.stdout, { path: "/" })
+      }, 180_000)
+      afterAll(async () => {
+        await server?.close()
+        await docker().getContainer(`kilntainer-${id}`).remove({ force: true }).catch(() => undefined)
+      })
+
+      it("refuses each of them, and the computer keeps working", async () => {
+        const tried = await server.call("sandbox_exec", { command: "/kt-kernel-interfaces", computer_id: id })
         assert.strictEqual(tried.structured?.exit_code, 0, tried.text)
         assert.deepStrictEqual(parse(tried.structured.stdout as string), REFUSED)
         const after = await server.call("sandbox_exec", { command: "echo fine", computer_id: id })

@@ -217,7 +217,7 @@ export const make = (options: {
   Effect.gen(function*() {
     const { policy, backend, stateDir } = options
     if (policy.mounts.length === 0) return undefined
-    const objects = yield* MountObjects.hold(policy, backend)
+    const objects = yield* MountObjects.hold(policy, backend, stateDir)
     const templates = stateDir === undefined || options.templates === undefined ? undefined : yield* options.templates(objects)
     if (templates !== undefined) return yield* staged(policy, objects, templates, join(stateDir!, "engine-mounts"), backend)
     const masksDirectories = objects.denies.some((deny) => !deny.write && deny.object.directory)

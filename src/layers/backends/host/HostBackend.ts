@@ -132,7 +132,8 @@ export const make = (options: HostBackendOptions) =>
         helpers,
         owner,
         ownerAlive: (other) => ownerAlive(other.pid, other.startTime),
-        filesystem: options.filesystem
+        filesystem: options.filesystem,
+        stateDir: resolve(options.stateDir)
       })
       : undefined
     if (!sandboxed) yield* Effect.logWarning("host backend: running WITHOUT a sandbox; processes are NOT isolated from this machine")

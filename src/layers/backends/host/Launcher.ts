@@ -132,6 +132,8 @@ export interface LauncherOptions {
   readonly ownerAlive: (owner: Owner) => boolean
   /** The user's own files in every computer (--mount, --deny-read, --deny-write). */
   readonly filesystem?: FilesystemPolicy | undefined
+  /** Where the deny rules' objects are recorded across restarts (MountObjects.hold). */
+  readonly stateDir?: string | undefined
 }
 
 /** A computer about to start: its workspace on the host, its identity, the agent's extra options. */
@@ -216,7 +218,7 @@ export const make = (options: LauncherOptions): Effect.Effect<SandboxLauncher, P
     }
 
     const filesystem = options.filesystem
-    const objects = filesystem === undefined ? undefined : yield* MountObjects.hold(filesystem, NAME)
+    const objects = filesystem === undefined ? undefined : yield* MountObjects.hold(filesystem, NAME, options.stateDir)
     const templates = objects === undefined ? undefined : yield* MountTemplates.make(launcher, objects, root ? "root" : "userns", NAME)
     const userBinds = filesystem === undefined ? [] : HostMounts.binds(filesystem, objects, templates)
     const setidArgs = filesystem !== undefined && HostMounts.writable(filesystem) ? ["--no-setid-files"] : []

@@ -14,6 +14,7 @@ import type * as Scope from "effect/Scope"
 import { closeSync, constants, fstatSync, openSync, readlinkSync } from "node:fs"
 import { type ProviderError, providerError } from "../../../domain/Errors.js"
 import * as Mounts from "../../../domain/Mounts.js"
+import * as DenyRecords from "./DenyRecords.js"
 
 /** `O_PATH` (Linux): a descriptor that names an object without opening it for reading. */
 export const O_PATH = 0o10000000
@@ -114,9 +115,14 @@ const depth = (path: string) => path.split("/").length
  * Opens the policy's host mounts and deny targets for as long as the Scope lasts. A mount source
  * that cannot be opened without following a symlink fails the backend; a deny target that cannot
  * (missing, or a symlink where a computer could have made one) protects nothing and is said on
- * stderr.
+ * stderr. With a state directory a deny rule also holds the objects it held at the server's last
+ * start, wherever below their mount they are now (DenyRecords.ts), and records what it holds.
  */
-export const hold = (policy: Mounts.FilesystemPolicy, backend: string): Effect.Effect<MountObjects, ProviderError, Scope.Scope> =>
+export const hold = (
+  policy: Mounts.FilesystemPolicy,
+  backend: string,
+  stateDir?: string
+): Effect.Effect<MountObjects, ProviderError, Scope.Scope> =>
   Effect.gen(function*() {
     const held: Array<HeldObject> = []
     yield* Effect.addFinalizer(() => Effect.sync(() => held.forEach((object) => closeSync(object.fd))))
@@ -147,20 +153,39 @@ export const hold = (policy: Mounts.FilesystemPolicy, backend: string): Effect.E
       mounts.push({ mount, object: opened.object, root })
     }
     const denies: Array<HeldDeny> = []
+    const before = stateDir === undefined ? {} : DenyRecords.read(stateDir)
+    const records: Record<string, ReadonlyArray<DenyRecords.Identity>> = {}
     const targets = [
       ...policy.denyWrite.map((path) => ({ path, write: true })),
-      ...[...policy.denyRead].sort((a, b) => depth(b) - depth(a)).map((path) => ({ path, write: false }))
+      ...policy.denyRead.map((path) => ({ path, write: false }))
     ]
     for (const { path, write } of targets) {
       const root = rootOf(path)
       if (root < 0) continue
+      const label = `${write ? "--deny-write" : "--deny-read"} ${path}`
+      const holding: Array<HeldObject> = []
       const opened = open(path)
-      if ("problem" in opened) {
-        // A missing target was already said at startup (cli/MountChecks.ts).
-        if (!opened.missing) yield* Effect.logWarning(`${write ? "--deny-write" : "--deny-read"} ${path}: ${opened.problem}; the rule protects nothing`)
-        continue
+      if ("object" in opened) holding.push(opened.object)
+      // A missing target was already said at startup (cli/MountChecks.ts).
+      else if (!opened.missing) yield* Effect.logWarning(`${label}: ${opened.problem}; nothing at that path is hidden`)
+      const recorded = before[DenyRecords.key(write, path)] ?? []
+      const moved = recorded.filter((id) => !holding.some((object) => DenyRecords.same(DenyRecords.identity(object), id)))
+      const rootObject = roots[root]!
+      for (const found of moved.length === 0 ? [] : DenyRecords.find(rootObject.fd, rootObject.path, rootObject.dev, moved)) {
+        const again = open(found)
+        if (!("object" in again)) continue
+        if (!moved.some((id) => DenyRecords.same(DenyRecords.identity(again.object), id))) continue
+        holding.push(again.object)
+        yield* Effect.logInfo(`${label}: what it hid at the last start is now at ${found}: still hidden there`)
       }
-      denies.push({ write, object: opened.object, root })
+      for (const object of holding) denies.push({ write, object, root })
+      records[DenyRecords.key(write, path)] = DenyRecords.merge(holding.map(DenyRecords.identity), recorded)
+    }
+    // Deny-write first, then deny-read deepest first: a mask must not hide a later target.
+    denies.sort((a, b) => a.write !== b.write ? (a.write ? -1 : 1) : a.write ? 0 : depth(b.object.path) - depth(a.object.path))
+    if (stateDir !== undefined && targets.length > 0) {
+      const failed = DenyRecords.write(stateDir, records)
+      if (failed !== undefined) yield* Effect.logWarning(`cannot record the deny rules' objects in ${stateDir}: ${failed.message}; a restart finds them by path only`)
     }
     return { roots, mounts, denies }
   })
