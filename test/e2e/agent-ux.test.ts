@@ -271,6 +271,9 @@ for (const backend of backends) {
         assert.strictEqual(read.structured.content, "")
         const written = await mounted.call("file_write", { path: ".env", content: "changed" })
         assert.isTrue(written.isError, written.text)
+        // Said as the file system says it, without the shell's name and line that wrote it.
+        assert.match(written.text, /: cannot create \.env: Read-only file system$/)
+        assert.notMatch(written.text, /sh: (line )?\d+:/)
         assert.strictEqual(readFileSync(join(project, ".env"), "utf8"), "API_KEY=not-for-the-agent\n")
         if (backend.name === "host") {
           const system = await exec(mounted, `cat ${SYSTEM_FILE}; echo "cat $?"; wc -c < ${SYSTEM_FILE}`)
