@@ -57,7 +57,8 @@ export const layer = Layer.effect(
         : Effect.void
 
     const failure = (computer: ComputerHandle, what: string, path: string, stderr: string, exitCode: number | null) => {
-      const said = stderr.trim()
+      // What the computer's shell said, without its own name and line (`sh: 4: cannot create x: …`).
+      const said = stderr.replace(/^sh: (?:line )?\d+: /gm, "").trim()
       const notFound = /^(no such file|not a regular file|is a directory): /.exec(said)
       if (exitCode === 2 && notFound) return new FileNotFound({ path, why: notFound[1]! })
       if (exitCode === 2 && said !== "") return new InvalidInput({ message: said })

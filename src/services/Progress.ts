@@ -8,6 +8,13 @@ import type { ProgressReporter } from "./Processes.js"
  */
 export const CurrentProgress: FiberRef.FiberRef<ProgressReporter | undefined> = FiberRef.unsafeMake<ProgressReporter | undefined>(undefined)
 
+/**
+ * How long the MCP call being served may wait on work it does not control (the computer image's
+ * first build) when its client gets no progress: `--max-call-ms`, under common clients' request
+ * timeouts. Undefined when the client listens for progress, and outside calls.
+ */
+export const CurrentCallBudget: FiberRef.FiberRef<number | undefined> = FiberRef.unsafeMake<number | undefined>(undefined)
+
 /** Reports a progress message to the current call's client, when it listens. */
 export const report = (message: string, progress = 0, total?: number): Effect.Effect<void> =>
   Effect.flatMap(FiberRef.get(CurrentProgress), (reporter) =>

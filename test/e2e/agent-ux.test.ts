@@ -6,7 +6,7 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "vitest"
 import { spawnSync } from "node:child_process"
-import { chownSync, existsSync, mkdtempSync, readFileSync, statSync } from "node:fs"
+import { chownSync, existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { COMPUTER_IMAGE, engineWorks, removeOurContainersOn } from "../support/Docker.js"
@@ -24,6 +24,9 @@ const exec = async (server: Harness, command: string, extra: Record<string, unkn
 
 /** The owner of the mounted project: an unprivileged uid that is neither the guest's 1000 nor the server's. */
 const OWNER = 2345
+
+/** A file of the host's system directories (the host backend shows /usr), hidden by --deny-read. */
+const SYSTEM_FILE = "/usr/lib/os-release"
 
 /** The tools this machine has where the host backend's sandbox shows them (/usr, /bin). */
 const hostHas = (tool: string) =>
@@ -218,13 +221,26 @@ for (const backend of backends) {
       assert.strictEqual(who.stdout, "agent\n1000\n1000\n/home/agent\n/home/agent\n", who.stderr)
     }, 60_000)
 
-    describe("a mounted project (--mount DIR:/home/agent/app --workdir /home/agent/app)", () => {
+    // The README's "Your project in a computer": a project mounted as the working directory, its .env hidden.
+    describe("a mounted project (--mount DIR:/home/agent/app --workdir /home/agent/app --deny-read DIR/.env)", () => {
       let project: string
       let mounted: Harness
       beforeAll(async () => {
         project = mkdtempSync(join(tmpdir(), "kt-e2e-project-"))
+        writeFileSync(join(project, ".env"), "API_KEY=not-for-the-agent\n")
+        chownSync(join(project, ".env"), OWNER, OWNER)
         chownSync(project, OWNER, OWNER)
-        mounted = await startServer([...backend.args, "--mount", `${project}:/home/agent/app`, "--workdir", "/home/agent/app"])
+        mounted = await startServer([
+          ...backend.args,
+          "--mount",
+          `${project}:/home/agent/app`,
+          "--workdir",
+          "/home/agent/app",
+          "--deny-read",
+          join(project, ".env"),
+          // On host also a file of the system directories the sandbox shows (a container shows none of the host's).
+          ...(backend.name === "host" ? ["--deny-read", SYSTEM_FILE] : [])
+        ])
       }, 180_000)
       afterAll(async () => {
         await mounted?.client.close()
@@ -243,6 +259,26 @@ for (const backend of backends) {
         const home = await mounted.call("file_write", { path: "/home/agent/elsewhere.txt", content: "x" })
         assert.isFalse(home.isError, home.text)
         assert.isFalse(existsSync(join(project, "elsewhere.txt")))
+      }, 120_000)
+
+      it("item 10: a --deny-read file reads as empty, as the README says (not EACCES), to the shell and file_read, and stays unwritten", async () => {
+        const shell = await exec(mounted, "cat .env; echo \"cat $?\"; wc -c < .env; echo changed > .env; echo \"write $?\"")
+        assert.strictEqual(shell.stdout, "cat 0\n0\nwrite 1\n", shell.stderr)
+        assert.notInclude(shell.stderr, "Permission denied")
+        assert.match(shell.stderr, /\.env: Read-only file system/)
+        const read = await mounted.call("file_read", { path: ".env" })
+        assert.isFalse(read.isError, read.text)
+        assert.strictEqual(read.structured.content, "")
+        const written = await mounted.call("file_write", { path: ".env", content: "changed" })
+        assert.isTrue(written.isError, written.text)
+        // Said as the file system says it, without the shell's name and line that wrote it.
+        assert.match(written.text, /: cannot create \.env: Read-only file system$/)
+        assert.notMatch(written.text, /sh: (line )?\d+:/)
+        assert.strictEqual(readFileSync(join(project, ".env"), "utf8"), "API_KEY=not-for-the-agent\n")
+        if (backend.name === "host") {
+          const system = await exec(mounted, `cat ${SYSTEM_FILE}; echo "cat $?"; wc -c < ${SYSTEM_FILE}`)
+          assert.strictEqual(system.stdout, "cat 0\n0\n", system.stderr)
+        }
       }, 120_000)
 
       it("item 9: the same user and home as without a mount, and what it writes there belongs on the host to the directory's owner", async () => {

@@ -15,7 +15,7 @@ import type { Computers } from "../../services/Computers.js"
 import type { Files } from "../../services/Files.js"
 import type { Previews } from "../../services/Previews.js"
 import { Processes, type ProgressReporter } from "../../services/Processes.js"
-import { CurrentProgress } from "../../services/Progress.js"
+import { CurrentCallBudget, CurrentProgress } from "../../services/Progress.js"
 import type { SettingsShape } from "../../services/Settings.js"
 import type { Terminals } from "../../services/Terminals.js"
 import * as ArgumentErrors from "../../domain/ArgumentErrors.js"
@@ -146,7 +146,8 @@ export const callTool = async (parts: CallParts, params: unknown, ctx: ServerCon
         arguments: call.arguments === undefined ? {} : call.arguments,
         client: caller.client
       },
-      outcome(parts.catalogue, call, caller.session, progress),
+      // A client that hears no progress gets an answer within --max-call-ms, whatever the call waits on.
+      Effect.locally(outcome(parts.catalogue, call, caller.session, progress), CurrentCallBudget, progress === undefined ? parts.settings.maxCallMs : undefined),
       // No structuredContent on errors: clients validate it against the tool's outputSchema.
       (error) => errorResult(`${error._tag}: ${error.message}`)
     )

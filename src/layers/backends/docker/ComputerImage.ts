@@ -6,13 +6,17 @@
  * the engine): `kilntainers image build` brings it up to date.
  *
  * One build at a time, whoever asks: callers that arrive while it runs wait for it and hear its steps
- * as progress. With a scope (the backend's layer), the build runs in it, so a cancelled tool call
+ * as progress, and every second its latest step with the time so far (a step such as apt's install
+ * runs for minutes, and clients reset their request timeout on progress). A call whose client hears
+ * no progress waits at most its budget (CurrentCallBudget, --max-call-ms) and is told the build goes
+ * on. With a scope (the backend's layer), the build runs in it, so a cancelled or answered tool call
  * does not throw away minutes of work; a failed build is forgotten, and the next computer tries again.
  */
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import type * as Scope from "effect/Scope"
@@ -57,6 +61,9 @@ export const make = (
     const building = yield* Ref.make<Option.Option<Deferred.Deferred<void, ProviderError>>>(Option.none())
     /** Its latest step, for the progress of every caller waiting. */
     const latest = yield* SubscriptionRef.make("")
+    /** When the build in flight began (for "so far"). */
+    const began = yield* Ref.make(0)
+    const elapsed = Effect.zipWith(Clock.currentTimeMillis, Ref.get(began), (now, start) => seconds(now - start))
 
     const say = (line: string) => {
       options.onProgress?.(`${engine.name}: ${line}`)
@@ -71,6 +78,7 @@ export const make = (
     const build = (recipe: string) =>
       Effect.gen(function*() {
         const started = yield* Clock.currentTimeMillis
+        yield* Ref.set(began, started)
         yield* DockerImage.ensure(engine, options.base, options.onProgress)
         yield* say(`building ${options.tag}, the computer image (once; the engine keeps it) from ${recipe} on ${options.base}`)
         yield* Effect.logInfo(`${engine.name} backend: ${options.tag} is not on the engine: building it from ${recipe} (once)`)
@@ -120,6 +128,18 @@ export const make = (
       yield* build(options.recipe)
     })
 
+    /** What a caller out of budget is told: the build goes on, and to call again. */
+    const stillBuilding = Effect.zipWith(elapsed, SubscriptionRef.get(latest), (took, line) => {
+      const at = /(?:Step|STEP) \d+\/\d+/.exec(line)?.[0]
+      return engine.fail(
+        "create the computer",
+        "Unavailable",
+        `its image ${options.tag} is being built, the first time on this engine (once; the engine keeps it): ` +
+          `${took} so far${at === undefined ? "" : `, at ${at}`}, and the build goes on. ` +
+          "Call again in a minute or two (`kilntainers image build` builds it ahead of time)"
+      )
+    })
+
     /** Joins the build in flight, or starts it (in `scope` when given); a failure clears the way for the next try. */
     const join = Effect.gen(function*() {
       const mine = yield* Deferred.make<void, ProviderError>()
@@ -141,13 +161,23 @@ export const make = (
         )
         yield* scope === undefined ? Effect.fork(run) : Effect.forkIn(run, scope)
       }
-      // The build's steps reach this caller's client while it waits (when it asked for progress).
-      let steps = 0
-      const report = latest.changes.pipe(
-        Stream.filter((line) => line !== ""),
-        Stream.runForEach((line) => Progress.report(line, ++steps))
+      // The build's steps reach this caller's client while it waits (when it asked for progress),
+      // and every second the latest one with the time so far.
+      let sent = 0
+      const tell = (line: string) => line === "" ? Effect.void : Progress.report(line, ++sent)
+      const steps = latest.changes.pipe(Stream.runForEach(tell))
+      const heartbeat = Effect.sleep("1 second").pipe(
+        Effect.zipRight(Effect.zip(SubscriptionRef.get(latest), elapsed)),
+        Effect.flatMap(([line, took]) => tell(line === "" ? "" : `${line} (${took} so far)`)),
+        Effect.forever
       )
-      return yield* Effect.raceFirst(Deferred.await(current), Effect.zipRight(report, Effect.never))
+      const reports = Effect.zipRight(Effect.all([steps, heartbeat], { concurrency: 2, discard: true }), Effect.never)
+      // A caller that hears no progress is answered within its budget; the build goes on without it.
+      const budget = yield* FiberRef.get(Progress.CurrentCallBudget)
+      const done = budget === undefined
+        ? Deferred.await(current)
+        : Effect.raceFirst(Deferred.await(current), Effect.zipRight(Effect.sleep(budget), Effect.flatMap(stillBuilding, Effect.fail)))
+      return yield* Effect.raceFirst(done, reports)
     })
 
     const ready = Effect.flatMap(Ref.get(present), (yes) => yes ? Effect.void : join)

@@ -13,7 +13,7 @@ import * as ComputerImage from "../../../../src/layers/backends/docker/ComputerI
 import { COMPUTER_IMAGE, recipeDirectory } from "../../../../src/layers/backends/docker/ComputerRecipe.js"
 import * as DockerBackend from "../../../../src/layers/backends/docker/DockerBackend.js"
 import * as DockerEngine from "../../../../src/layers/backends/docker/DockerEngine.js"
-import { CurrentProgress } from "../../../../src/services/Progress.js"
+import { CurrentCallBudget, CurrentProgress } from "../../../../src/services/Progress.js"
 import { docker, engineWorks, requirement, TEST_ENGINE, TEST_IMAGE } from "../../../support/Docker.js"
 import { describeIf } from "../../../support/Requirements.js"
 
@@ -55,6 +55,36 @@ describeIf(engineWorks(TEST_ENGINE), requirement())(`the computer image on first
       // Once had, it is not looked for again.
       yield* image.ready
       assert.strictEqual(lines.filter((line) => line.includes(`building ${tag}, the computer image`)).length, 1)
+    }).pipe(Effect.ensuring(removeImage)), 300_000)
+
+  it.live("a caller that hears no progress is answered within its budget, told the build goes on; one that listens hears it every second", () =>
+    Effect.gen(function*() {
+      yield* removeImage
+      const scope = yield* Scope.make()
+      const lines: Array<string> = []
+      const image = yield* ComputerImage.make(yield* engine, {
+        tag,
+        base: TEST_IMAGE,
+        recipe: recipe("ARG BASE\nFROM ${BASE}\nRUN sleep 6 && echo built > /built\n"),
+        onProgress: (line) => void lines.push(line)
+      }, scope)
+      // A client without a progress token (its request times out at 60 s): answered at its budget.
+      const asked = Date.now()
+      const early = yield* Effect.flip(Effect.locally(image.ready, CurrentCallBudget, 1_500))
+      assert.isBelow(Date.now() - asked, 5_000)
+      assert.strictEqual(early.reason, "Unavailable")
+      assert.match(early.message, new RegExp(`its image ${tag.replace(/[/.]/g, "\\$&")} is being built, the first time on this engine`))
+      assert.include(early.message, "and the build goes on. Call again in a minute or two")
+      // A client that listens: the latest step again every second, with the time so far, numbered upwards.
+      const heard: Array<{ progress: number; message?: string }> = []
+      yield* Effect.locally(image.ready, CurrentProgress, (p) => Effect.sync(() => void heard.push(p)))
+      const beats = heard.filter((p) => / \(\d+ s so far\)$/.test(p.message ?? ""))
+      assert.isAtLeast(beats.length, 2, JSON.stringify(heard))
+      assert.isTrue(heard.every((p, i) => i === 0 || p.progress > heard[i - 1]!.progress), JSON.stringify(heard))
+      // One build, which the first caller's answer did not end.
+      assert.strictEqual(lines.filter((line) => line.includes(`building ${tag}, the computer image`)).length, 1, lines.join("\n"))
+      assert.isDefined((yield* Effect.promise(() => docker().getImage(tag).inspect())).Id)
+      yield* Scope.close(scope, Exit.void)
     }).pipe(Effect.ensuring(removeImage)), 300_000)
 
   it.live("an image the engine has is used as it is, even when built from another recipe", () =>
