@@ -118,7 +118,8 @@ static struct proc *new_proc(void) {
   struct proc *p = calloc(1, sizeof *p);
   if (!p) die("calloc");
   p->ctl = p->out_fd = p->err_fd = p->in_fd = -1;
-  p->st[0].fd = p->st[1].fd = -1;
+  store_init(&p->st[0]);
+  store_init(&p->st[1]);
   return p;
 }
 
@@ -238,7 +239,10 @@ static int pump(struct proc *p, int *fd, int s, size_t budget) {
       eof = 1; /* EOF, or EIO on a terminal that no process holds any more (after its last byte) */
       break;
     }
-    if (got > 0) store_append(&p->st[s], rbuf, got);
+    if (got > 0 && store_append(&p->st[s], rbuf, got) < 0) {
+      agent_log("p%u: cannot keep its %s on the computer's disk (%s): what it writes is counted, not kept",
+                p->handle, s == 0 ? "stdout" : "stderr", strerror(errno));
+    }
     moved += got;
     if (eof) {
       close_fd(fd);
@@ -397,11 +401,6 @@ void proc_spawn(struct conn *c, int type, uint32_t tag_id, char *pl, size_t len)
     len -= 4;
   }
   if (parse_spawn(pl, len, &a, direct) < 0) { fail = "malformed spawn request"; goto failed; }
-  if (store_open(&p->st[0]) < 0 || store_open(&p->st[1]) < 0) {
-    snprintf(fbuf, sizeof fbuf, "cannot keep the process's output on the computer's disk: %s", strerror(errno));
-    fail = fbuf;
-    goto failed;
-  }
   if (tty) {
     int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0) { snprintf(fbuf, sizeof fbuf, "cannot allocate a pseudo-terminal: %s", strerror(errno)); fail = fbuf; goto failed; }
