@@ -176,6 +176,8 @@ export const make = (
           endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
           yield* Deferred.succeed(exitDeferred, info)
         }))
+        // Whoever waits for the exit (a call about to answer) goes first; the rest is bookkeeping.
+        yield* Effect.yieldNow()
         yield* publish({ _tag: "Exit", exit: info })
         yield* options.onExit(yield* Deferred.await(self))
       })
