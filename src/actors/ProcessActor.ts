@@ -24,7 +24,7 @@ export interface ProcessActorOptions {
   readonly mailboxCapacity: number
   /** Past this many bytes of stdout and stderr together, the process (its whole tree) is killed. */
   readonly outputLimit?: OutputLimit | undefined
-  /** Called once, when the process has exited and its exit is recorded. */
+  /** Called once, when the process has exited and its exit is recorded, before `exited` completes. */
   readonly onExit: (actor: ProcessActor) => Effect.Effect<void>
   /**
    * The computer's store of this process's output (it holds its processes): then the logs are
@@ -174,12 +174,13 @@ export const make = (
           }
           exit = info
           endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
+          // Listed as finished and in the audit trail before anyone waiting sees it ended.
+          yield* options.onExit(yield* Deferred.await(self))
           yield* Deferred.succeed(exitDeferred, info)
         }))
-        // Whoever waits for the exit (a call about to answer) goes first; the rest is bookkeeping.
+        // Whoever waits for the exit (a call about to answer) goes first, live subscribers after.
         yield* Effect.yieldNow()
         yield* publish({ _tag: "Exit", exit: info })
-        yield* options.onExit(yield* Deferred.await(self))
       })
 
     // Output is handled a whole chunk of events at a time: storage and terminal synchronously, one
