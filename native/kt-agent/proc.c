@@ -50,6 +50,8 @@ static int strays_pending;
 static char rbuf[READ_CHUNK];
 static uint32_t next_handle = 1, reserved_handle = 1;
 static uint64_t finished_seq;
+/* Processes whose teardown runs: while none, the event loop has no timer of theirs to look for. */
+static size_t tearing;
 
 /* ---------- handles ---------- */
 
@@ -209,9 +211,16 @@ static void tell(struct proc *p, int type, int32_t value) {
   while (send(p->ctl, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {}
 }
 
+static void end_teardown(struct proc *p) {
+  if (!p->teardown) return;
+  p->teardown = 0;
+  tearing--;
+}
+
 static void start_teardown(struct proc *p) {
   if (p->teardown || p->shepherd == 0) return;
   p->teardown = 1;
+  tearing++;
   p->deadline = now_ms() + TEARDOWN_GRACE_MS;
   tell(p, C_TEARDOWN, 0);
 }
@@ -512,7 +521,7 @@ static void on_ctl(struct proc *p) {
   while (p->ctl >= 0 && recv_msg(p->ctl, &m, MSG_DONTWAIT) == 0) {
     if (m.type == C_EXIT) on_exit_status(p, m.value);
     else if (m.type == C_ENDED) {
-      p->teardown = 0;
+      end_teardown(p);
       if (p->exit_final) p->ended_after += (uint32_t)m.value;
       else p->ended_at_exit += (uint32_t)m.value;
     }
@@ -532,7 +541,7 @@ void proc_reaped(pid_t pid, int status) {
     strays_pending = 1;
     if (!p->exited) on_exit_status(p, SIGKILL); /* as a wait status: killed by SIGKILL */
   }
-  p->teardown = 0;
+  end_teardown(p);
   changed(p);
 }
 
@@ -546,12 +555,14 @@ void proc_after_reaps(void) {
 
 uint64_t proc_next_deadline(void) {
   uint64_t next = 0;
+  if (tearing == 0) return 0;
   for (size_t i = 0; i < nprocs; i++)
     if (procs[i] && procs[i]->teardown && (next == 0 || procs[i]->deadline < next)) next = procs[i]->deadline;
   return next;
 }
 
 void proc_timers(void) {
+  if (tearing == 0) return;
   uint64_t now = now_ms();
   for (size_t i = 0; i < nprocs; i++) {
     struct proc *p = procs[i];
