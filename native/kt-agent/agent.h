@@ -112,10 +112,13 @@ void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ---- retained output (store.c) ---- */
 extern int store_dir;
 extern uint64_t store_head, store_tail;
-struct store { int fd; uint64_t total, head_valid, floor; };
-int store_open(struct store *s);
+/* fd: -1 until the stream's first byte (opened: its file was asked for then). */
+struct store { int fd, opened; uint64_t total, head_valid, floor; };
+void store_init(struct store *s);
 void store_close(struct store *s);
-void store_append(struct store *s, const char *data, size_t len);
+/* Returns -1 (errno set) when the stream's file could not be made at its first byte: what it writes
+ * is then counted as fallen out, never kept. */
+int store_append(struct store *s, const char *data, size_t len);
 /* Reads up to `max` retained bytes from `from` (moved past a hole to `*start`); returns the count. */
 size_t store_read(const struct store *s, uint64_t from, size_t max, char *buf, uint64_t *start);
 /* The first retained offset at or after `from`. */

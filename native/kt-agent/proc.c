@@ -50,6 +50,8 @@ static int strays_pending;
 static char rbuf[READ_CHUNK];
 static uint32_t next_handle = 1, reserved_handle = 1;
 static uint64_t finished_seq;
+/* Processes whose teardown runs: while none, the event loop has no timer of theirs to look for. */
+static size_t tearing;
 
 /* ---------- handles ---------- */
 
@@ -118,7 +120,8 @@ static struct proc *new_proc(void) {
   struct proc *p = calloc(1, sizeof *p);
   if (!p) die("calloc");
   p->ctl = p->out_fd = p->err_fd = p->in_fd = -1;
-  p->st[0].fd = p->st[1].fd = -1;
+  store_init(&p->st[0]);
+  store_init(&p->st[1]);
   return p;
 }
 
@@ -208,9 +211,16 @@ static void tell(struct proc *p, int type, int32_t value) {
   while (send(p->ctl, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {}
 }
 
+static void end_teardown(struct proc *p) {
+  if (!p->teardown) return;
+  p->teardown = 0;
+  tearing--;
+}
+
 static void start_teardown(struct proc *p) {
   if (p->teardown || p->shepherd == 0) return;
   p->teardown = 1;
+  tearing++;
   p->deadline = now_ms() + TEARDOWN_GRACE_MS;
   tell(p, C_TEARDOWN, 0);
 }
@@ -238,7 +248,10 @@ static int pump(struct proc *p, int *fd, int s, size_t budget) {
       eof = 1; /* EOF, or EIO on a terminal that no process holds any more (after its last byte) */
       break;
     }
-    if (got > 0) store_append(&p->st[s], rbuf, got);
+    if (got > 0 && store_append(&p->st[s], rbuf, got) < 0) {
+      agent_log("p%u: cannot keep its %s on the computer's disk (%s): what it writes is counted, not kept",
+                p->handle, s == 0 ? "stdout" : "stderr", strerror(errno));
+    }
     moved += got;
     if (eof) {
       close_fd(fd);
@@ -397,11 +410,6 @@ void proc_spawn(struct conn *c, int type, uint32_t tag_id, char *pl, size_t len)
     len -= 4;
   }
   if (parse_spawn(pl, len, &a, direct) < 0) { fail = "malformed spawn request"; goto failed; }
-  if (store_open(&p->st[0]) < 0 || store_open(&p->st[1]) < 0) {
-    snprintf(fbuf, sizeof fbuf, "cannot keep the process's output on the computer's disk: %s", strerror(errno));
-    fail = fbuf;
-    goto failed;
-  }
   if (tty) {
     int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0) { snprintf(fbuf, sizeof fbuf, "cannot allocate a pseudo-terminal: %s", strerror(errno)); fail = fbuf; goto failed; }
@@ -513,7 +521,7 @@ static void on_ctl(struct proc *p) {
   while (p->ctl >= 0 && recv_msg(p->ctl, &m, MSG_DONTWAIT) == 0) {
     if (m.type == C_EXIT) on_exit_status(p, m.value);
     else if (m.type == C_ENDED) {
-      p->teardown = 0;
+      end_teardown(p);
       if (p->exit_final) p->ended_after += (uint32_t)m.value;
       else p->ended_at_exit += (uint32_t)m.value;
     }
@@ -533,7 +541,7 @@ void proc_reaped(pid_t pid, int status) {
     strays_pending = 1;
     if (!p->exited) on_exit_status(p, SIGKILL); /* as a wait status: killed by SIGKILL */
   }
-  p->teardown = 0;
+  end_teardown(p);
   changed(p);
 }
 
@@ -547,12 +555,14 @@ void proc_after_reaps(void) {
 
 uint64_t proc_next_deadline(void) {
   uint64_t next = 0;
+  if (tearing == 0) return 0;
   for (size_t i = 0; i < nprocs; i++)
     if (procs[i] && procs[i]->teardown && (next == 0 || procs[i]->deadline < next)) next = procs[i]->deadline;
   return next;
 }
 
 void proc_timers(void) {
+  if (tearing == 0) return;
   uint64_t now = now_ms();
   for (size_t i = 0; i < nprocs; i++) {
     struct proc *p = procs[i];

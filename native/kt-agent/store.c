@@ -10,7 +10,9 @@
  *
  * The files are unnamed (O_TMPFILE, or created and unlinked at once where the filesystem has no
  * O_TMPFILE): no path reaches them, and the agent is non-dumpable, so no guest can open them through
- * /proc either. Their space is freed when the process's record is evicted, or the agent ends.
+ * /proc either. A stream's file is made with its first byte: most streams of short commands (stderr
+ * above all) never write one, and making a file (an inode on ext4) costs more than starting `true`.
+ * Their space is freed when the process's record is evicted, or the agent ends.
  */
 #include "agent.h"
 
@@ -29,8 +31,13 @@
 int store_dir = -1;
 uint64_t store_head = 8u << 20, store_tail = 24u << 20;
 
-int store_open(struct store *s) {
+void store_init(struct store *s) {
   memset(s, 0, sizeof *s);
+  s->fd = -1;
+}
+
+static int store_open(struct store *s) {
+  s->opened = 1;
   s->fd = openat(store_dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (s->fd >= 0) return 0;
   /* No O_TMPFILE here (overlayfs before 6.6, say): a fresh name, unlinked before anything is written. */
@@ -74,7 +81,8 @@ static uint64_t tail_start(const struct store *s) {
   return start < s->total ? start : s->total;
 }
 
-void store_append(struct store *s, const char *data, size_t len) {
+int store_append(struct store *s, const char *data, size_t len) {
+  int unopened = !s->opened && store_open(s) < 0;
   uint64_t at = s->total;
   s->total += len;
   int failed = s->fd < 0;
@@ -95,6 +103,7 @@ void store_append(struct store *s, const char *data, size_t len) {
         (first < len && write_at(s->fd, data + first, len - first, store_head) < 0)) failed = 1;
   }
   if (failed) s->floor = s->total; /* nothing before this point can be trusted to be on disk */
+  return unopened ? -1 : 0;
 }
 
 size_t store_read(const struct store *s, uint64_t from, size_t max, char *buf, uint64_t *start) {

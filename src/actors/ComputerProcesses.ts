@@ -26,6 +26,15 @@ import { HELD_WINDOW } from "./ProcessOutput.js"
 /** A loss noticed this soon after a process ended explains its end; at most this many are kept. */
 const RECENT_MS = 5_000
 const RECENT_KEPT = 64
+/**
+ * Resumes once the work already under way has run (the next turn of the event loop): a process's
+ * end is answered to the calls waiting for it first, then its lifetime is wound up (its watch let
+ * go, its scope closed, its entry moved to the recent ones), which no answer waits for.
+ */
+const afterReplies = Effect.async<void>((resume) => {
+  const immediate = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(immediate))
+})
 /** How long an attached terminal may take to replay what its computer held before it answers. */
 const REPLAY_BOUND = Duration.seconds(10)
 
@@ -165,7 +174,7 @@ export const make = (options: {
           Cause.isInterruptedOnly(cause)
             ? Cause.fail(new SpawnFailed({ command: request.command, reason: `${stopping ?? `computer ${computerId} stopped`} before it started` }))
             : cause
-        const lifetime = Effect.flatMap(untilExit, (actor) => actor.closed).pipe(
+        const lifetime = Effect.flatMap(untilExit, (actor) => Effect.zipRight(afterReplies, actor.closed)).pipe(
           Effect.scoped,
           Effect.onExit((exit) =>
             Effect.zipRight(forget(request.id), Exit.isFailure(exit) ? Deferred.failCause(started, notStarted(exit.cause)) : Effect.void)

@@ -1,11 +1,11 @@
 import type * as Chunk from "effect/Chunk"
-import type * as Scope from "effect/Scope"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as PubSub from "effect/PubSub"
 import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
 import { MailboxFull, ProcessExited, StdinClosed } from "../domain/Errors.js"
 import type { OutputView, ProcessInfo, ProcessStatus, ReadOptions } from "../domain/Process.js"
 import { type BackendProcess, type ExitInfo, forEachEventChunk, type ProcessEvent } from "../services/Backend.js"
@@ -24,7 +24,7 @@ export interface ProcessActorOptions {
   readonly mailboxCapacity: number
   /** Past this many bytes of stdout and stderr together, the process (its whole tree) is killed. */
   readonly outputLimit?: OutputLimit | undefined
-  /** Called once, when the process has exited and its exit is recorded. */
+  /** Called once, when the process has exited and its exit is recorded, before `exited` completes. */
   readonly onExit: (actor: ProcessActor) => Effect.Effect<void>
   /**
    * The computer's store of this process's output (it holds its processes): then the logs are
@@ -85,6 +85,11 @@ export const make = (
 ): Effect.Effect<ProcessActor, never, Scope.Scope> =>
   Effect.gen(function*() {
     const adopted = options.adopted
+    const scope = yield* Effect.scope
+    // Its finalizers go on the scope as they are: they need none of the fiber's context, and
+    // Effect.addFinalizer's restoring of the adding fiber's FiberRefs (two diffs, two patches each)
+    // was a good part of what a short process cost the server.
+    const onClose = (finalizer: () => Effect.Effect<unknown>) => Scope.addFinalizer(scope, Effect.suspend(finalizer))
     const startedAt = adopted?.startedAt ?? (yield* Clock.currentTimeMillis)
     const output = new ProcessOutput({ headBytes: options.headBytes, tailBytes: options.tailBytes }, options.store)
     const { stderr, stdout } = output
@@ -95,20 +100,20 @@ export const make = (
     const screen = terminal?.screen
     // The screen outlives the process as its last rendering: let the terminal parse every byte it
     // was given first (bounded), since a disposed terminal renders no more.
-    yield* Effect.addFinalizer(() =>
-      screen === undefined ? Effect.void : Effect.promise(() => screen.snapshot()).pipe(
+    if (screen !== undefined) {
+      yield* onClose(() => Effect.promise(() => screen.snapshot()).pipe(
         Effect.timeout(Duration.seconds(2)),
         Effect.interruptible,
         Effect.ignore,
         Effect.zipRight(Effect.sync(() => screen.dispose()))
-      )
-    )
+      ))
+    }
 
     // Sliding: a slow subscriber loses old live chunks (they stay in the logs), the process never waits.
     // Made for the first subscriber: most processes never have one, and a PubSub costs more to make
     // than a short process takes to run.
     let live: PubSub.PubSub<LiveOutput> | undefined
-    yield* Effect.addFinalizer(() => live === undefined ? Effect.void : PubSub.shutdown(live))
+    yield* onClose(() => live === undefined ? Effect.void : PubSub.shutdown(live))
     const liveOutput = Effect.suspend(() =>
       live === undefined
         ? Effect.tap(PubSub.sliding<LiveOutput>(1024), (made) => Effect.sync(() => {
@@ -119,7 +124,6 @@ export const make = (
     let subscribers = 0
     const exitDeferred = yield* Deferred.make<ExitInfo>()
     const closedDeferred = yield* Deferred.make<void>()
-    const scope = yield* Effect.scope
 
     let exit: ExitInfo | undefined
     /** Its exit is being recorded (the computer is asked why first). */
@@ -174,10 +178,13 @@ export const make = (
           }
           exit = info
           endedAt = adopted?.endedAt ?? (yield* Clock.currentTimeMillis)
+          // Listed as finished and in the audit trail before anyone waiting sees it ended.
+          yield* options.onExit(yield* Deferred.await(self))
           yield* Deferred.succeed(exitDeferred, info)
         }))
+        // Whoever waits for the exit (a call about to answer) goes first, live subscribers after.
+        yield* Effect.yieldNow()
         yield* publish({ _tag: "Exit", exit: info })
-        yield* options.onExit(yield* Deferred.await(self))
       })
 
     // Output is handled a whole chunk of events at a time: storage and terminal synchronously, one
@@ -237,13 +244,11 @@ export const make = (
     )
     // Stopped from outside (computer restarted, deleted or closed) before it exited: the backend
     // kills it with the scope, and the record says so.
-    yield* Effect.addFinalizer(() =>
-      Effect.suspend(() => {
-        if (exit !== undefined) return Effect.void
-        reason ??= "stopped by kilntainers"
-        return recordExit({ exitCode: null, signal: "SIGKILL" })
-      })
-    )
+    yield* onClose(() => {
+      if (exit !== undefined) return Effect.void
+      reason ??= "stopped by kilntainers"
+      return recordExit({ exitCode: null, signal: "SIGKILL" })
+    })
 
     const handle = (command: Command): Effect.Effect<void, CommandError> => {
       if (exit !== undefined) return new ProcessExited({ id: options.id, status: status() })
@@ -291,7 +296,7 @@ export const make = (
       })
     )
     // Requests still queued when the actor stops are answered, never left waiting.
-    yield* Effect.addFinalizer(() =>
+    yield* onClose(() =>
       inbox === undefined ? Effect.void : Queue.takeAll(inbox).pipe(
         Effect.flatMap((pending) => Effect.forEach(pending, ({ reply }) => Deferred.fail(reply, gone()), { discard: true }))
       )

@@ -122,13 +122,17 @@ export class AgentClient extends AgentConnection {
     return this.watches.has(handle)
   }
 
-  /** Stops following a process: nothing more comes for it once this completes. */
+  /**
+   * Stops following a process: nothing more comes for it once this completes. A watch that ended
+   * (its CLOSED came: the agent dropped it) needs no UNWATCH, nor its answer: most short commands'
+   * do by the time their caller lets go.
+   */
   unwatch(handle: number): Effect.Effect<void> {
     return Effect.async<void>((resume) => {
       const watch = this.watches.get(handle)
       this.watches.delete(handle)
       this.holdOutput(handle, false)
-      if (this.dead !== undefined) return resume(Effect.void)
+      if (this.dead !== undefined || watch === undefined) return resume(Effect.void)
       const waiting = this.unwatched.get(handle) ?? []
       waiting.push(() => resume(Effect.void))
       this.unwatched.set(handle, waiting)

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs"
 import { type AddressInfo, connect, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -411,5 +411,46 @@ describe("AgentClient (unsandboxed agent)", () => {
       assert.strictEqual((yield* run(["./no-shebang"])).out, "via-shell\n")
       writeFileSync(join(c.dir, "plain"), "x", { mode: 0o644 })
       assert.strictEqual((yield* run([join(c.dir, "plain")])).out, "via-shell\n")
+    }))
+
+  it.scopedLive("a stream's file in the store is made with its first byte: silent processes leave none, and what one wrote is read back", () =>
+    Effect.gen(function*() {
+      const c = yield* computer()
+      const client = yield* open(c)
+      const store = join(c.dir, "store")
+      const agent = readdirSync("/proc").find((entry) => {
+        try {
+          const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0")
+          return /^\d+$/.test(entry) && argv[0] === c.command.file && argv.includes(store)
+        } catch {
+          return false
+        }
+      })
+      assert.isDefined(agent, "the agent's process")
+      /** The agent's open files in its store (unnamed: `#inode (deleted)`, or a deleted `.kt-` name). */
+      const storeFiles = () =>
+        readdirSync(`/proc/${agent}/fd`).filter((fd) => {
+          try {
+            return readlinkSync(`/proc/${agent}/fd/${fd}`).startsWith(`${store}/`)
+          } catch {
+            return false
+          }
+        }).length
+      const run = (script: string) =>
+        Effect.gen(function*() {
+          const seen = watcher()
+          const { handle } = yield* client.spawn({ argv: ["sh", "-c", script], cwd: c.dir, env: PATH }, seen.handlers)
+          yield* until(() => seen.seen.closed)
+          return handle
+        })
+      const before = storeFiles()
+      for (let i = 0; i < 3; i++) yield* run("true")
+      assert.strictEqual(storeFiles(), before, "no file for streams that stayed empty")
+      const wrote = yield* run("echo kept")
+      assert.strictEqual(storeFiles(), before + 1, "one file: stdout's; stderr stayed empty")
+      const out = yield* client.read(wrote, "stdout", 0, 100)
+      assert.deepStrictEqual([out.start, out.total, out.data.toString()], [0, 5, "kept\n"])
+      const err = yield* client.read(wrote, "stderr", 0, 100)
+      assert.deepStrictEqual([err.start, err.total, err.data.length], [0, 0, 0])
     }))
 })
