@@ -181,7 +181,8 @@ export const layer = Layer.scoped(
         const result = yield* Exec.run(settings, process, checked, {
           computer_id: computer.id,
           temporary: computer.temporary,
-          began
+          began,
+          shown: (cursors) => shown.mark(process, cursors)
         }, progress, layerScope)
         const refusals = yield* refused(computer.id, began)
         const refusedLine = EgressRefusals.stderrLine(refusals)

@@ -107,6 +107,23 @@ for (const backend of backends) {
         assert.notInclude(`${killed.structured.stdout ?? ""}${killed.structured.stderr}`, "Serving HTTP", killed.text)
       }, 60_000)
 
+      it("a sandbox_exec that returned still running: kill returns only what came after its result", async () => {
+        // A server whose calls return after 1.5 s: the command outlives its sandbox_exec call.
+        const short = await startServer([...backend.args, "--max-call-ms", "1500"])
+        try {
+          const ran = await short.call("sandbox_exec", { command: "echo before; sleep 3; echo after; exec sleep 60" })
+          ok(ran)
+          assert.strictEqual(ran.structured.exit_code, null, ran.text)
+          assert.strictEqual(ran.structured.stdout, "before\n", ran.text)
+          await new Promise((resolve) => setTimeout(resolve, 3000))
+          const killed = await short.call("kill", { id: ran.structured.pid })
+          ok(killed)
+          assert.strictEqual(killed.structured.stdout, "after\n", killed.text)
+        } finally {
+          await short.client.close()
+        }
+      }, 120_000)
+
       it("a process whose output was all shown: kill returns none", async () => {
         const quiet = await server.call("spawn", { command: "echo shown; exec sleep 60", pattern: "shown" })
         ok(quiet)

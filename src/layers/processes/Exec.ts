@@ -14,7 +14,7 @@ import type { ExitInfo } from "../../services/Backend.js"
 import type { ExecInput } from "../../services/ProcessInputs.js"
 import type { ExecResult, OutputLimit, ProcessHandle, ProgressReporter } from "../../services/Processes.js"
 import type { SettingsShape } from "../../services/Settings.js"
-import { outputFields } from "./Output.js"
+import { type Cursors, outputFields } from "./Output.js"
 import { callBudget, withProgress } from "./Waiting.js"
 
 export const exitCodeOf = (exit: ExitInfo): number =>
@@ -53,6 +53,14 @@ export const outputLimit = (settings: SettingsShape): OutputLimit => ({
   reason: `output limit exceeded (${settings.outputLimit} bytes, sandbox_exec)`
 })
 
+/** What a command's result says of where it ran, and who hears how far it showed the output (kill shows the rest). */
+export interface ExecMeta {
+  readonly computer_id: string
+  readonly temporary: boolean
+  readonly began: number
+  readonly shown?: ((cursors: Cursors) => void) | undefined
+}
+
 /**
  * Feeds stdin, waits for the exit (bounded by the timeout, and by the call budget when the client
  * does not listen to progress), kills the whole tree at the timeout, and builds the result.
@@ -61,7 +69,7 @@ export const run = (
   settings: SettingsShape,
   process: ProcessHandle,
   exec: ExecPlan,
-  meta: { readonly computer_id: string; readonly temporary: boolean; readonly began: number },
+  meta: ExecMeta,
   progress: ProgressReporter | undefined,
   /** Where the timeout of a command that outlives the call keeps running. */
   scope: Scope.Scope
@@ -113,7 +121,7 @@ export const finish = (
   settings: SettingsShape,
   process: ProcessHandle,
   exec: Pick<ExecPlan, "timeoutSec">,
-  meta: { readonly computer_id: string; readonly temporary: boolean; readonly began: number; readonly end?: number },
+  meta: ExecMeta & { readonly end?: number },
   outcome: { exitCode: number | null; readonly timedOut: boolean; readonly budget: { readonly ms: number; readonly note?: string } }
 ): Effect.Effect<ExecResult> =>
   Effect.gen(function*() {
@@ -122,6 +130,7 @@ export const finish = (
     let exitCode = outcome.exitCode
     // No result carries more of the command's bytes than the output limit, nor than the inline budget.
     const output = yield* outputFields(process, { stdoutCursor: 0, stderrCursor: 0, budget: Math.min(settings.inlineBytes, limit) })
+    meta.shown?.(output.shown)
     const totals = yield* process.totals
     const end = meta.end ?? (yield* Clock.currentTimeMillis)
     const exceeded = exitCode !== null && totals.stdout + totals.stderr > limit

@@ -109,14 +109,19 @@ export const KILL_OUTPUT_BYTES = 4096
  */
 export const shownCursors = () => {
   const shown = new WeakMap<ProcessHandle, Cursors>()
+  /** Records how far a result showed. */
+  const mark = (process: ProcessHandle, cursors: Cursors) => {
+    const before = shown.get(process)
+    shown.set(process, {
+      stdout: Math.max(before?.stdout ?? 0, cursors.stdout),
+      stderr: Math.max(before?.stderr ?? 0, cursors.stderr)
+    })
+  }
   return {
+    mark,
     /** Records how far a result showed, and returns the result without internal fields. */
     note: <A extends { readonly running: boolean; readonly shown: Cursors }>(process: ProcessHandle, output: A) => {
-      const before = shown.get(process)
-      shown.set(process, {
-        stdout: Math.max(before?.stdout ?? 0, output.shown.stdout),
-        stderr: Math.max(before?.stderr ?? 0, output.shown.stderr)
-      })
+      mark(process, output.shown)
       return withoutRunning(output)
     },
     from: (process: ProcessHandle): Cursors => shown.get(process) ?? { stdout: 0, stderr: 0 }
