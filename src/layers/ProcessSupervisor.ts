@@ -83,7 +83,7 @@ export const layer = Layer.scoped(
     const shown = shownCursors()
     const yieldOf = (process: ProcessHandle, yieldMs: number | undefined) =>
       Math.min(yieldMs ?? (process.tty ? Math.max(settings.stdinYieldMs, TTY_YIELD_MS) : settings.stdinYieldMs), settings.maxCallMs)
-    /** spawn's `input`: typed now; what kept it from the process, if anything. */
+    /** spawn's `input`, typed now: what kept it from the process, if anything. */
     const typeInto = (process: ProcessHandle, bytes: Uint8Array) =>
       process.write(bytes).pipe(
         Effect.as(undefined),
@@ -113,7 +113,7 @@ export const layer = Layer.scoped(
         let budgetMs = 0
         // Typed at start, unless it waits for a pattern: then once it matched and the screen settled.
         const typeAfterMatch = input.input !== undefined && matcher !== undefined && !input.background
-        let typed: string | undefined = input.input === undefined || typeAfterMatch ? undefined : yield* typeInto(process, input.input)
+        let inputProblem: string | undefined = input.input === undefined || typeAfterMatch ? undefined : yield* typeInto(process, input.input)
         if (!input.background) {
           const budget = callBudget(settings, input.timeoutMs ?? settings.spawnTimeoutMs, progress)
           note = budget.note
@@ -136,12 +136,12 @@ export const layer = Layer.scoped(
           )
           yield* screenSettled(process, budget.ms - ((yield* Clock.currentTimeMillis) - began))
           if (typeAfterMatch) {
-            if (match === undefined) typed = "input not written: the pattern was not seen"
+            if (match === undefined) inputProblem = "input not written: the pattern was not seen"
             else {
               const since = yield* Clock.currentTimeMillis
-              typed = yield* typeInto(process, input.input!)
+              inputProblem = yield* typeInto(process, input.input!)
               const left = budget.ms - (since - began)
-              if (typed === undefined && left > 0) yield* settle(process, since, Math.min(yieldOf(process, undefined), left))
+              if (inputProblem === undefined && left > 0) yield* settle(process, since, Math.min(yieldOf(process, undefined), left))
             }
           }
         }
@@ -158,7 +158,7 @@ export const layer = Layer.scoped(
           ...notesOf([
             unmatched ? note : undefined,
             unmatched && matcher !== undefined && !input.background ? patternNotSeen(process.id, budgetMs, input.tty === true) : undefined,
-            typed,
+            inputProblem,
             yield* computer.warning
           ])
         }

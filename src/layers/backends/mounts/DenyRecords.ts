@@ -67,10 +67,12 @@ export const write = (stateDir: string, records: Records): Error | undefined => 
 export const find = (rootFd: number, rootPath: string, rootDev: bigint, wanted: ReadonlyArray<Identity>): Array<string> => {
   const found: Array<string> = []
   const left = [...wanted]
+  // Breadth first: the directories still to read, from `next` on.
   const queue: Array<string> = [""]
+  let next = 0
   let seen = 0
-  while (queue.length > 0 && left.length > 0 && seen < MAX_ENTRIES) {
-    const relative = queue.shift()!
+  while (next < queue.length && left.length > 0 && seen < MAX_ENTRIES) {
+    const relative = queue[next++]!
     let entries
     try {
       entries = readdirSync(`/proc/self/fd/${rootFd}/${relative}`, { withFileTypes: true })
